@@ -1,0 +1,1 @@
+"""One module per `collapsar` verb (see collapsar.cli.COMMANDS)."""

@@ -1,0 +1,205 @@
+"""The validated experiment: plain, immutable data with units in field names.
+
+The parser (`collapsar.parser`, `collapsar.kollaps_xml`) produces an
+`Experiment`; `collapsar.collapse` and `collapsar.timeline` turn it into
+`Path`s; every other component only reads these types.  Nothing here parses,
+validates or touches the system.
+
+Vocabulary:
+- an *element* is a service or a bridge, named in the file;
+- an *instance* is one running replica of a service: `web`, `web-2`, `web-3`
+  (index 1 carries the bare service name, so a one-replica service's instance
+  is called like the service);
+- a *link* as the user writes it is a `LinkSpec` between two elements; the
+  collapse stage expands it into unidirectional instance-level links with
+  integer ids (`LinkId`) that the sharing model exchanges between hosts;
+- a *path* is the collapsed end-to-end route from one instance to another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Union
+
+from .errors import Where
+
+JitterDistribution = Literal["normal", "pareto", "paretonormal", "uniform"]
+PathMetric = Literal["latency", "hops"]
+
+DEFAULT_PERIOD_US = 50_000
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The `experiment:` block."""
+
+    name: str
+    period_us: int = DEFAULT_PERIOD_US
+    path_metric: PathMetric = "latency"
+    seed: int = 0
+    # Charge Ethernet's preamble, frame check and inter-frame gap so that goodput
+    # matches a real link of the configured rate (see collapsar.tcal).
+    wire_overhead: bool = True
+    where: Where | None = None
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    command: tuple[str, ...] = ()
+    image: str | None = None
+    replicas: int = 1  # instances present at t=0 (may be 0: joined by an event)
+    env: Mapping[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    cpus: float | None = None
+    memory_bytes: int | None = None
+    where: Where | None = None
+
+
+@dataclass(frozen=True)
+class Bridge:
+    name: str
+    where: Where | None = None
+
+
+@dataclass(frozen=True)
+class LinkProps:
+    """Properties of one direction of a link."""
+
+    delay_us: int = 0
+    jitter_us: int = 0
+    distribution: JitterDistribution = "normal"
+    loss_ratio: float = 0.0
+    rate_bps: int | None = None  # None: not limited by this link
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A link as written: `up` carries a -> b, `down` carries b -> a."""
+
+    a: str
+    b: str
+    up: LinkProps
+    down: LinkProps | None  # None for `direction: one-way`
+    where: Where | None = None
+
+    @property
+    def key(self) -> frozenset[str]:
+        return frozenset((self.a, self.b))
+
+
+# ---- events ---------------------------------------------------------------
+
+ServiceAction = Literal["join", "leave", "crash", "disconnect", "reconnect"]
+
+
+@dataclass(frozen=True)
+class ServiceEvent:
+    """Acts on `amount` instances of `service` (None: the default, see parser)
+    or, when `instance` is set, on exactly that instance."""
+
+    at_us: int
+    service: str
+    action: ServiceAction
+    amount: int | None = None
+    instance: str | None = None
+    where: Where | None = None
+
+
+@dataclass(frozen=True)
+class BridgeEvent:
+    at_us: int
+    bridge: str
+    action: Literal["join", "leave"]
+    where: Where | None = None
+
+
+@dataclass(frozen=True)
+class LinkEvent:
+    """A link leaves, rejoins, or (join with `spec`) is created."""
+
+    at_us: int
+    a: str
+    b: str
+    action: Literal["join", "leave"]
+    spec: LinkSpec | None = None
+    where: Where | None = None
+
+
+@dataclass(frozen=True)
+class LinkSetEvent:
+    """Changes properties of an existing link; `up`/`down` hold only the fields
+    that change, by LinkProps field name (e.g. {"delay_us": 20000})."""
+
+    at_us: int
+    a: str
+    b: str
+    up: Mapping[str, object]
+    down: Mapping[str, object]
+    where: Where | None = None
+
+
+@dataclass(frozen=True)
+class PartitionEvent:
+    """Cuts (or heals) every path between instances of different groups."""
+
+    at_us: int
+    groups: tuple[frozenset[str], ...]  # service names
+    action: Literal["start", "heal"]
+    where: Where | None = None
+
+
+Event = Union[ServiceEvent, BridgeEvent, LinkEvent, LinkSetEvent, PartitionEvent]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A whole validated experiment.  Events are sorted by time, stable in file
+    order; sugar (`flap`, `partition` with `until`) is already expanded."""
+
+    settings: Settings
+    services: tuple[Service, ...]
+    bridges: tuple[Bridge, ...]
+    links: tuple[LinkSpec, ...]
+    events: tuple[Event, ...] = ()
+    source: str = "<memory>"
+
+    def service(self, name: str) -> Service:
+        for service in self.services:
+            if service.name == name:
+                return service
+        raise KeyError(name)
+
+
+# ---- collapsed ------------------------------------------------------------
+
+LinkId = int
+
+
+def instance_name(service: str, index: int) -> str:
+    """Instance `index` (1-based) of `service`: web, web-2, web-3, ..."""
+    return service if index == 1 else f"{service}-{index}"
+
+
+@dataclass(frozen=True)
+class Path:
+    """The collapsed route from one instance to another, in one direction.
+
+    delay = sum of link delays; jitter = sqrt(sum of squared jitters);
+    loss = 1 - prod(1 - loss_i); rate = min of link rates (None: unlimited).
+    `link_ids` lists the unidirectional links crossed, in order.
+    """
+
+    src: str
+    dst: str
+    delay_us: int
+    jitter_us: int
+    loss_ratio: float
+    rate_bps: int | None
+    link_ids: tuple[LinkId, ...]
+    distribution: JitterDistribution = "normal"
+
+    @property
+    def rtt_hint_us(self) -> int:
+        """The RTT the Kollaps model assumes for sharing: twice the one-way delay."""
+        return 2 * self.delay_us
