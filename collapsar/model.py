@@ -95,14 +95,14 @@ ServiceAction = Literal["join", "leave", "crash", "disconnect", "reconnect"]
 
 @dataclass(frozen=True)
 class ServiceEvent:
-    """Acts on `amount` instances of `service` (None: the default, see parser)
-    or, when `instance` is set, on exactly that instance."""
+    """Acts on instances of `service`.  The user writes an `amount` or names one
+    instance; the parser resolves that (deterministically from the seed) into
+    `targets`, the exact instance names acted on, so every consumer agrees."""
 
     at_us: int
     service: str
     action: ServiceAction
-    amount: int | None = None
-    instance: str | None = None
+    targets: tuple[str, ...]
     where: Where | None = None
 
 
