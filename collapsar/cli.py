@@ -1,9 +1,11 @@
 """The `collapsar` command: one verb per subcommand.
 
-Each verb lives in its own module that exposes `register(parser)` (adds its
-arguments) and `run(args) -> int`.  `COMMANDS` maps verbs to those modules and
-is the only place a new verb is added; modules are imported only when their
-verb runs, so `collapsar validate` never loads the kernel-facing code.
+Each verb lives in its own module under `collapsar.commands` that exposes
+`register(parser)` (adds its arguments) and `run(args) -> int`.  `COMMANDS`
+maps verbs to those modules and is the only place a new verb is added.  Verb
+modules keep heavy imports (numpy, pyroute2, the kernel-facing code) inside
+`run`, so building the parser stays cheap and `collapsar validate` never loads
+what only `collapsar run` needs.
 """
 
 from __future__ import annotations
