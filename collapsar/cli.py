@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 
@@ -56,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("collapsar: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`collapsar collapse ... | head`): not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _has_place(line: str) -> bool:

@@ -54,12 +54,14 @@ def _split(text: object, expected: str) -> tuple[float, str]:
     if not isinstance(text, str):
         raise UnitError(f"expected {expected}, got {type(text).__name__} {text!r}")
     match = _QUANTITY.match(text)
-    if not match:
+    if not match or not math.isfinite(float(match.group(1))):
         raise UnitError(f"expected {expected}, got {text!r}")
     return float(match.group(1)), match.group(3)
 
 
 def _integral(value: float, unit_name: str, text: object) -> int:
+    if not math.isfinite(value):
+        raise UnitError(f"{text!r} is too large")
     rounded = round(value)
     if abs(value - rounded) > 1e-6 * max(1.0, abs(value)):
         raise UnitError(f"{text!r} is finer than one {unit_name}")

@@ -51,6 +51,11 @@ build_native() {
   if [ -f tcal/Makefile ]; then make -s -C tcal; fi
 }
 
+build_aeron() {
+  step "Aeron media driver and C client (pinned source release)"
+  bash scripts/build-aeron.sh
+}
+
 export PATH="$top/.venv/bin:$PATH"
 
 install_apt "$mode"
@@ -65,6 +70,7 @@ if [ "$mode" = demo ]; then
 fi
 
 build_native
+build_aeron
 step "Tests: unit, workload, kernel, vm (docker and browser tiers arrive with their issues)"
 mkdir -p artifacts
 # pytest exits 5 when it collects nothing; that is a failure here, never a pass.

@@ -1,0 +1,166 @@
+"""The `links:` block, and the link properties that events reuse.
+
+A link joins two elements (services or bridges).  It is two-way unless
+`direction: one-way`; `up` is the rate from `from` to `to`, `down` the rate
+back, `bandwidth` both.  Latency, jitter and loss apply to each direction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import parse_common as pc
+from .model import LinkProps, LinkSpec
+from .parse_common import Report
+from .units import format_duration_us, parse_duration_us, parse_loss_ratio, parse_rate_bps
+from .yamlsrc import Node
+
+if TYPE_CHECKING:
+    from .presence import Elements
+
+PROP_KEYS = ("latency", "jitter", "distribution", "loss", "bandwidth", "up", "down")
+LINK_KEYS = ("from", "to", *PROP_KEYS, "direction")
+DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
+_PARSERS = {
+    "latency": parse_duration_us, "jitter": parse_duration_us, "loss": parse_loss_ratio,
+    "bandwidth": parse_rate_bps, "up": parse_rate_bps, "down": parse_rate_bps,
+}
+
+
+@dataclass
+class PropValues:
+    """Link properties as written, each None when absent; `lines` says where."""
+
+    latency: int | None = None
+    jitter: int | None = None
+    distribution: str | None = None
+    loss: float | None = None
+    bandwidth: int | None = None
+    up: int | None = None
+    down: int | None = None
+    lines: dict[str, int] | None = None
+
+
+def read_props(report: Report, node: Node, label: str) -> PropValues | None:
+    """Read the property keys of `node` (a mapping); None if any is invalid."""
+    values = PropValues(lines={})
+    ok = True
+    for key in PROP_KEYS:
+        item = node.value.get(key)
+        if item is None:
+            continue
+        values.lines[key] = item.line
+        if key == "distribution":
+            value = pc.choice(report, item, f"{label}: distribution", DISTRIBUTIONS)
+        else:
+            value = pc.unit(report, item, f"{label}: {key}", _PARSERS[key])
+        ok = ok and value is not None
+        setattr(values, key, value)
+    if values.bandwidth is not None and (values.up is not None or values.down is not None):
+        other = "up" if values.up is not None else "down"
+        report.add(values.lines[other], f"{label}: use either bandwidth (both directions) "
+                   "or up/down, not both")
+        ok = False
+    return values if ok else None
+
+
+def check_delays(report: Report, line: int, label: str, delay_us: int, jitter_us: int) -> bool:
+    """Jitter above the delay would make netem clip negative delays to zero,
+    which silently changes both the mean and the distribution: reject it."""
+    if jitter_us > delay_us:
+        report.add(line, f"{label}: jitter ({format_duration_us(jitter_us)}) must not exceed "
+                   f"the latency ({format_duration_us(delay_us)}); delays below zero "
+                   "would be clipped")
+        return False
+    return True
+
+
+def build_spec(report: Report, a: str, b: str, values: PropValues, one_way: bool,
+               label: str, where) -> LinkSpec | None:
+    """A whole new link from its written properties."""
+    lines = values.lines
+    if values.jitter and not values.latency:
+        report.add(lines["jitter"], f"{label}: jitter needs a latency")
+        return None
+    if values.distribution is not None and not values.jitter:
+        report.add(lines["distribution"], f"{label}: distribution needs a jitter")
+        return None
+    if one_way and values.down is not None:
+        report.add(lines["down"], f"{label}: a one-way link has no down direction; "
+                   "use up or bandwidth")
+        return None
+    delay_us, jitter_us = values.latency or 0, values.jitter or 0
+    if not check_delays(report, lines.get("jitter", 0), label, delay_us, jitter_us):
+        return None
+    common = dict(delay_us=delay_us, jitter_us=jitter_us,
+                  distribution=values.distribution or "normal", loss_ratio=values.loss or 0.0)
+    both = values.bandwidth
+    up = LinkProps(**common, rate_bps=both if both is not None else values.up)
+    down = None if one_way else LinkProps(
+        **common, rate_bps=both if both is not None else values.down)
+    return LinkSpec(a, b, up, down, where)
+
+
+def read_direction(report: Report, node: Node, label: str) -> bool | None:
+    """True for a one-way link."""
+    item = node.value.get("direction")
+    if item is None:
+        return False
+    value = pc.choice(report, item, f"{label}: direction", ("both", "one-way"))
+    return None if value is None else value == "one-way"
+
+
+def element(report: Report, node: Node, label: str, elements: "Elements") -> str | None:
+    value = pc.text(report, node, label)
+    if value is not None and value not in elements.where:
+        if value in elements.declared:
+            return None  # its own definition is already reported
+        hint = pc.did_you_mean(value, elements.where)
+        report.add(node.line, f"{label}: unknown element {value[:70]!r}{hint}")
+        return None
+    return value
+
+
+def link_label(node: Node, index: int) -> str:
+    ends = [node.value.get(key) for key in ("from", "to")]
+    if all(end is not None and end.is_scalar and end.text for end in ends):
+        return f"link {ends[0].text[:70]} -> {ends[1].text[:70]}"
+    return f"link {index + 1}"
+
+
+def parse_links(report: Report, node: Node | None, elements: "Elements") -> list[LinkSpec]:
+    if node is None or (node.is_scalar and node.value is None):
+        return []
+    if not node.is_list:
+        report.add(node.line, "links: expected a list of links like "
+                   f"- {{from: a, to: b, latency: 5ms}}, got {pc.describe(node)}")
+        return []
+    links: list[LinkSpec] = []
+    first_line: dict[frozenset[str], int] = {}
+    for index, item in enumerate(node.value):
+        label = link_label(item, index) if item.is_mapping else f"link {index + 1}"
+        if pc.mapping(report, item, label) is None:
+            continue
+        pc.check_keys(report, item, LINK_KEYS, label)
+        ends = [pc.required(report, item, key, label) for key in ("from", "to")]
+        names = [element(report, end, f"{label}: {key}", elements) if end else None
+                 for end, key in zip(ends, ("from", "to"))]
+        one_way = read_direction(report, item, label)
+        values = read_props(report, item, label)
+        if None in names or one_way is None or values is None:
+            continue
+        a, b = names
+        if a == b:
+            report.add(item.line, f"{label}: a link needs two different ends")
+            continue
+        key = frozenset((a, b))
+        if key in first_line:
+            report.add(item.line, f"{label}: a link between {a} and {b} already exists "
+                       f"(line {first_line[key]})")
+            continue
+        spec = build_spec(report, a, b, values, one_way, label, report.where(item.line))
+        if spec is not None:
+            first_line[key] = item.line
+            links.append(spec)
+    return links

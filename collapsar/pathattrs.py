@@ -1,0 +1,156 @@
+"""End-to-end properties of shortest-path trees, for many sources at once.
+
+Routes are kept implicitly (see `collapsar.routing`): for each source row,
+`in_core[r, b]` is the id of the link entering bridge `b` on the path from
+that source, and `in_sink[r, i]` the id of the link entering instance `i`.
+Walking those ids backwards gives a path; this module computes the folded
+properties of every path without walking, by dynamic programming over hop
+depth: a bridge at depth d gets `fold(props of its parent, props of its
+entering link)`, and the parent (depth d-1) is already done, for all sources
+in one numpy operation per depth.
+
+The folds (the `collapsar.model.Path` contract):
+- delay: sum of link delays;
+- jitter: sqrt of the sum of squared jitters, rounded to the microsecond
+  (independent variations add their variances);
+- loss: 1 - prod(1 - loss_i) (a packet survives each link independently);
+- rate: min of the link rates; unlimited links do not count;
+- distribution: that of the link with the largest jitter, the first one on
+  the path if several share it; "normal" when no link has jitter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .conditions import NO_RATE, Conditions
+
+
+@dataclass
+class Folded:
+    """Folded properties, one array per property, all of the same shape."""
+
+    delay_us: np.ndarray  # int64
+    jitter_sq: np.ndarray  # int64, sum of squared jitters (us^2)
+    keep: np.ndarray  # float64, prod(1 - loss)
+    rate_bps: np.ndarray  # int64, NO_RATE: unlimited
+    max_jitter: np.ndarray  # int64
+    dist_code: np.ndarray  # int8
+
+    @classmethod
+    def identity(cls, shape: tuple[int, ...]) -> "Folded":
+        """The fold of an empty path, the start of every path."""
+        return cls(np.zeros(shape, np.int64), np.zeros(shape, np.int64),
+                   np.ones(shape, np.float64), np.full(shape, NO_RATE, np.int64),
+                   np.zeros(shape, np.int64), np.zeros(shape, np.int8))
+
+    def jitter_us(self) -> np.ndarray:
+        return np.rint(np.sqrt(self.jitter_sq)).astype(np.int64)
+
+    def put_rows(self, index, other: "Folded") -> None:
+        for mine, theirs in zip(self._arrays(), other._arrays()):
+            mine[index] = theirs
+
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.delay_us, self.jitter_sq, self.keep, self.rate_bps, self.max_jitter,
+                self.dist_code)
+
+
+def _extend(parent: Folded, at: np.ndarray, link: np.ndarray, cond: Conditions) -> Folded:
+    """The fold of each parent (flat positions `at`) followed by one link."""
+    jitter = cond.jitter_us[link]
+    max_before = parent.max_jitter.ravel()[at]
+    # Strictly larger: on a tie the link nearer the source keeps the say.
+    takes_over = jitter > max_before
+    return Folded(
+        parent.delay_us.ravel()[at] + cond.delay_us[link],
+        parent.jitter_sq.ravel()[at] + jitter * jitter,
+        parent.keep.ravel()[at] * (1.0 - cond.loss_ratio[link]),
+        np.minimum(parent.rate_bps.ravel()[at], cond.rate_bps[link]),
+        np.where(takes_over, jitter, max_before),
+        np.where(takes_over, cond.dist_code[link], parent.dist_code.ravel()[at]),
+    )
+
+
+def parent_column(link_src: np.ndarray, bridge_count: int) -> np.ndarray:
+    """Per link, the column of its source in a folded core array: the bridge,
+    or `bridge_count` (the identity column) when it leaves an instance: only
+    the path's own source instance is ever a parent."""
+    return np.where(link_src < bridge_count, link_src, bridge_count)
+
+
+def fold_core(in_core: np.ndarray, hops: np.ndarray, cond: Conditions) -> Folded:
+    """Folded properties of the paths to every bridge, for k source rows:
+    arrays of shape (k, B + 1), column B the identity (the source itself)."""
+    k, bridges = in_core.shape
+    folded = Folded.identity((k, bridges + 1))
+    if k and bridges:
+        refold_core(folded, np.arange(k * bridges), in_core, hops, cond,
+                    np.zeros((k, bridges + 1), bool))
+    return folded
+
+
+def fold_sinks(core: Folded, in_sink: np.ndarray, cond: Conditions) -> Folded:
+    """Folded properties of the paths to instances, (k, I) like `in_sink`, whose
+    rows match `core`'s; entries without an entering link are meaningless."""
+    if in_sink.size == 0 or len(cond.delay_us) == 0:
+        return Folded.identity(in_sink.shape)
+    entries = np.arange(in_sink.size)
+    folded, _ = fold_sink_entries(core, entries, in_sink.ravel().astype(np.int64),
+                                  in_sink.shape[1], cond)
+    return Folded(*(a.reshape(in_sink.shape) for a in folded._arrays()))
+
+
+def walk(in_core_row: np.ndarray, in_sink_link: int, link_src: np.ndarray,
+         bridge_count: int) -> tuple[int, ...]:
+    """The link ids of one path, source first, from its implicit tree."""
+    ids = [int(in_sink_link)]
+    node = int(link_src[in_sink_link])
+    while node < bridge_count:
+        link = int(in_core_row[node])
+        ids.append(link)
+        node = int(link_src[link])
+    ids.reverse()
+    return tuple(ids)
+
+
+def refold_core(core: Folded, entries: np.ndarray, in_core: np.ndarray, hops: np.ndarray,
+                cond: Conditions, moved: np.ndarray) -> None:
+    """Fold again the bridge `entries` (flat `row * B + bridge`, closed under
+    descendants), in place in `core` (k, B + 1).  `moved` (k, B + 1) comes in
+    marking entries whose own entering link changed and goes out marking
+    every entry whose link list changed (its own or an ancestor's)."""
+    k, bridges = in_core.shape
+    width = bridges + 1
+    parent_col = parent_column(cond.graph.link_src, bridges)
+    rows, cols = np.divmod(entries, bridges)
+    depth = hops.ravel()[entries]
+    order = np.argsort(depth, kind="stable")
+    counts = np.bincount(depth, minlength=1)
+    start = int(counts[0])  # depth 0: unreachable now, nothing to fold
+    flat_in, flat_moved = in_core.ravel(), moved.ravel()
+    arrays = core._arrays()
+    for count in counts[1:]:
+        at = order[start:start + count]
+        start += int(count)
+        link = flat_in[entries[at]].astype(np.int64)
+        child = rows[at] * width + cols[at]
+        parent = rows[at] * width + parent_col[link]
+        step = _extend(core, parent, link, cond)
+        for target, value in zip(arrays, step._arrays()):
+            target.ravel()[child] = value
+        flat_moved[child] |= flat_moved[parent]
+
+
+def fold_sink_entries(core: Folded, entries: np.ndarray, links: np.ndarray,
+                      instance_count: int, cond: Conditions) -> tuple[Folded, np.ndarray]:
+    """Folded properties of sink `entries` (flat `row * I + instance`) entered
+    by `links` (-1: none; its fold is then meaningless); returns (1-D folds,
+    flat parent positions in `core`)."""
+    width = core.delay_us.shape[1]
+    rows = entries // instance_count
+    link = np.where(links >= 0, links, 0)
+    parent = rows * width + parent_column(cond.graph.link_src, width - 1)[link]
+    return _extend(core, parent, link, cond), parent

@@ -1,0 +1,286 @@
+"""What is present when: events checked and resolved in time order.
+
+`resolve` replays the pending events sorted by time (stable in file order)
+over the state at t=0 and turns each into the model's event, or reports why
+it cannot happen then: a leave of a service with no instance up, a join of a
+link that is up, a set on a link that has left, ...
+
+It also fixes *which* instances an event acts on, so that every consumer
+(timeline, managers, dashboard) agrees: a join creates the next free indices
+(`web`, `web-2`, ...; an index is never reused); leave, crash and disconnect
+default to every eligible instance, and `amount: N` draws N of them from a
+`random.Random` stream seeded with the experiment seed and used for nothing
+else, so the choice depends only on the seed and the events before it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from operator import attrgetter
+
+from .errors import Where
+from .model import (Bridge, BridgeEvent, Event, LinkEvent, LinkProps, LinkSetEvent, LinkSpec,
+                    PartitionEvent, Service, ServiceEvent, instance_name)
+from .parse_common import Report
+from .parse_links import PropValues, build_spec, check_delays
+from .units import format_duration_us
+
+
+@dataclass
+class Elements:
+    """The named elements of an experiment: one namespace for all of them."""
+
+    services: dict[str, Service] = field(default_factory=dict)
+    bridges: dict[str, Bridge] = field(default_factory=dict)
+    where: dict[str, Where] = field(default_factory=dict)
+    declared: set[str] = field(default_factory=set)  # also names rejected as invalid
+
+
+@dataclass
+class Pending:
+    """One event as read, before the time-ordered checks."""
+
+    at_us: int
+    kind: str  # service | instance | bridge | link | set | partition
+    action: str
+    line: int
+    label: str
+    service: str | None = None
+    instances: tuple[str, ...] = ()
+    amount: int | None = None
+    bridge: str | None = None
+    pair: tuple[str, str] | None = None
+    new_link: tuple[PropValues, bool] | None = None  # a join that creates a link
+    changes: PropValues | None = None
+    groups: tuple[frozenset[str], ...] = ()
+
+
+def fmt_time(at_us: int) -> str:
+    return format_duration_us(at_us) if at_us else "0s"
+
+
+@dataclass
+class _Instances:
+    next_index: int
+    present: list[str]  # in index order
+    disconnected: set[str] = field(default_factory=set)
+    gone: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Link:
+    spec: LinkSpec
+    up_since: bool = True
+    left_at: int = 0
+
+
+def resolve(report: Report, pending: list[Pending], elements: Elements,
+            links: list[LinkSpec], seed: int) -> list[Event]:
+    return _Replay(report, elements, links, seed).run(pending)
+
+
+class _Replay:
+    def __init__(self, report: Report, elements: Elements, links: list[LinkSpec], seed: int):
+        self.report = report
+        self.rng = random.Random(seed)
+        self.instances = {
+            name: _Instances(service.replicas + 1,
+                             [instance_name(name, i) for i in range(1, service.replicas + 1)])
+            for name, service in elements.services.items()}
+        self.bridges_left: dict[str, int] = {}
+        self.links = {spec.key: _Link(spec) for spec in links}
+        self.partitions: set[tuple[frozenset[str], ...]] = set()
+
+    def fail(self, p: Pending, reason: str) -> None:
+        self.report.add(p.line, f"{p.label}: cannot {p.action} at {fmt_time(p.at_us)}: {reason}")
+
+    def run(self, pending: list[Pending]) -> list[Event]:
+        handlers = {"service": self.service, "instance": self.instance, "bridge": self.bridge,
+                    "link": self.link, "set": self.set, "partition": self.partition}
+        events = []
+        for p in sorted(pending, key=attrgetter("at_us")):
+            event = handlers[p.kind](p)
+            if event is not None:
+                events.append(event)
+        return events
+
+    # ---- services ----------------------------------------------------------
+
+    def _eligible(self, state: _Instances, action: str) -> list[str]:
+        if action == "disconnect":
+            return [name for name in state.present if name not in state.disconnected]
+        if action == "reconnect":
+            return [name for name in state.present if name in state.disconnected]
+        return list(state.present)
+
+    def service(self, p: Pending) -> ServiceEvent | None:
+        state = self.instances[p.service]
+        if p.action == "join":
+            count = p.amount or 1
+            targets = [instance_name(p.service, state.next_index + i) for i in range(count)]
+            state.next_index += count
+            state.present.extend(targets)
+            return self._event(p, targets)
+        eligible = self._eligible(state, p.action)
+        what = {"disconnect": "connected and up", "reconnect": "disconnected"}.get(p.action, "up")
+        if not eligible:
+            self.fail(p, f"no instance of {p.service} is {what}")
+            return None
+        if p.amount is not None and p.amount > len(eligible):
+            verb = "is" if len(eligible) == 1 else "are"
+            self.report.add(p.line, f"{p.label}: cannot {p.action} {p.amount} instances at "
+                            f"{fmt_time(p.at_us)}: only {len(eligible)} {verb} {what}")
+            return None
+        targets = eligible
+        if p.amount is not None and p.amount < len(eligible):
+            chosen = set(self.rng.sample(eligible, p.amount))
+            targets = [name for name in eligible if name in chosen]
+        self._apply(state, p.action, targets)
+        return self._event(p, targets)
+
+    def instance(self, p: Pending) -> ServiceEvent | None:
+        state = self.instances[p.service]
+        eligible = self._eligible(state, p.action)
+        for name in p.instances:
+            if name not in eligible:
+                self.fail(p, self._why_not(state, name, p.action))
+                return None
+        self._apply(state, p.action, list(p.instances))
+        return self._event(p, list(p.instances))
+
+    def _why_not(self, state: _Instances, name: str, action: str) -> str:
+        if name in state.gone:
+            return f"{name} is gone (it left or crashed before)"
+        if name not in state.present:
+            return f"{name} has not joined yet"
+        if action == "disconnect":
+            return f"{name} is already disconnected"
+        return f"{name} is not disconnected"
+
+    def _apply(self, state: _Instances, action: str, targets: list[str]) -> None:
+        if action == "disconnect":
+            state.disconnected.update(targets)
+        elif action == "reconnect":
+            state.disconnected.difference_update(targets)
+        else:
+            state.present = [name for name in state.present if name not in targets]
+            state.disconnected.difference_update(targets)
+            state.gone.update(targets)
+
+    def _event(self, p: Pending, targets: list[str]) -> ServiceEvent:
+        return ServiceEvent(p.at_us, p.service, p.action, tuple(targets),
+                            self.report.where(p.line))
+
+    # ---- bridges -----------------------------------------------------------
+
+    def bridge(self, p: Pending) -> BridgeEvent | None:
+        left_at = self.bridges_left.get(p.bridge)
+        if p.action == "leave" and left_at is not None:
+            self.fail(p, f"it already left at {fmt_time(left_at)}")
+            return None
+        if p.action == "join" and left_at is None:
+            self.fail(p, "it is already up")
+            return None
+        if p.action == "leave":
+            self.bridges_left[p.bridge] = p.at_us
+        else:
+            del self.bridges_left[p.bridge]
+        return BridgeEvent(p.at_us, p.bridge, p.action, self.report.where(p.line))
+
+    # ---- links -------------------------------------------------------------
+
+    def _existing(self, p: Pending) -> _Link | None:
+        link = self.links.get(frozenset(p.pair))
+        if link is None:
+            a, b = p.pair
+            hint = ("; give the join properties (latency, bandwidth, ...) to create it"
+                    if p.action == "join" else "")
+            self.fail(p, f"there is no link between {a} and {b}{hint}")
+        return link
+
+    def link(self, p: Pending) -> LinkEvent | None:
+        where = self.report.where(p.line)
+        if p.new_link is not None:
+            return self._create(p, where)
+        link = self._existing(p)
+        if link is None:
+            return None
+        if p.action == "leave" and not link.up_since:
+            self.fail(p, f"the link already left at {fmt_time(link.left_at)}")
+            return None
+        if p.action == "join" and link.up_since:
+            self.fail(p, "the link is already up")
+            return None
+        link.up_since, link.left_at = p.action == "join", p.at_us
+        return LinkEvent(p.at_us, link.spec.a, link.spec.b, p.action, None, where)
+
+    def _create(self, p: Pending, where: Where) -> LinkEvent | None:
+        existing = self.links.get(frozenset(p.pair))
+        if existing is not None:
+            line = existing.spec.where.line if existing.spec.where else "?"
+            self.fail(p, f"a link between {p.pair[0]} and {p.pair[1]} already exists (line "
+                      f"{line}); a join with properties creates a new link")
+            return None
+        values, one_way = p.new_link
+        spec = build_spec(self.report, *p.pair, values, one_way, p.label, where)
+        if spec is None:
+            return None
+        self.links[spec.key] = _Link(spec)
+        return LinkEvent(p.at_us, spec.a, spec.b, "join", spec, where)
+
+    def set(self, p: Pending) -> LinkSetEvent | None:
+        link = self._existing(p)
+        if link is None:
+            return None
+        if not link.up_since:
+            self.fail(p, f"the link left at {fmt_time(link.left_at)}; it must join first")
+            return None
+        spec, values = link.spec, p.changes
+        reverse = p.pair != (spec.a, spec.b)
+        if spec.down is None and (values.down is not None or (reverse and values.up is not None)):
+            self.report.add(p.line, f"{p.label}: the link is one-way from {spec.a} to {spec.b}; "
+                            f"set its rate with bandwidth, or up on [{spec.a}, {spec.b}]")
+            return None
+        up_rate, down_rate = (values.down, values.up) if reverse else (values.up, values.down)
+        common = {"delay_us": values.latency, "jitter_us": values.jitter,
+                  "loss_ratio": values.loss, "distribution": values.distribution}
+        up = {k: v for k, v in common.items() if v is not None}
+        down = dict(up) if spec.down is not None else {}
+        directions = [(up, up_rate)] + ([(down, down_rate)] if spec.down is not None else [])
+        for changes, rate in directions:
+            if values.bandwidth is not None or rate is not None:
+                changes["rate_bps"] = values.bandwidth if values.bandwidth is not None else rate
+        new_up = replace(spec.up, **up)
+        new_down = replace(spec.down, **down) if spec.down is not None else None
+        if not self._props_ok(p, new_up):
+            return None
+        link.spec = replace(spec, up=new_up, down=new_down)
+        return LinkSetEvent(p.at_us, spec.a, spec.b, up, down, self.report.where(p.line))
+
+    def _props_ok(self, p: Pending, props: LinkProps) -> bool:
+        lines = p.changes.lines
+        line = lines.get("jitter", lines.get("latency", p.line))
+        if props.jitter_us and not props.delay_us:
+            self.report.add(line, f"{p.label}: jitter needs a latency")
+            return False
+        if p.changes.distribution is not None and not props.jitter_us:
+            self.report.add(lines["distribution"], f"{p.label}: distribution needs a jitter")
+            return False
+        return check_delays(self.report, line, p.label, props.delay_us, props.jitter_us)
+
+    # ---- partitions --------------------------------------------------------
+
+    def partition(self, p: Pending) -> PartitionEvent | None:
+        key = tuple(sorted(p.groups, key=sorted))
+        if p.action == "start" and key in self.partitions:
+            self.fail(p, "the same partition is already in effect")
+            return None
+        if p.action == "heal" and key not in self.partitions:
+            self.fail(p, "no partition with these groups is in effect")
+            return None
+        if p.action == "start":
+            self.partitions.add(key)
+        else:
+            self.partitions.discard(key)
+        return PartitionEvent(p.at_us, p.groups, p.action, self.report.where(p.line))
