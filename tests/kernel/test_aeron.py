@@ -16,7 +16,8 @@ import uuid
 import pytest
 
 from collapsar.errors import EnvironmentProblem
-from collapsar.manager.aeron import AeronError, Client, MediaDriver, Transport, aeron_home, ipc_channel, udp_channel
+from collapsar.manager.aeron import AeronError, Client, Transport, aeron_home, ipc_channel, udp_channel
+from collapsar.manager.aeron_driver import MediaDriver
 from collapsar.manager.metadata import Codec, FlowReport, Inbox, Message
 
 TAG = 0x5EED0006
