@@ -4,4 +4,17 @@ The only code that touches the kernel's traffic control.  It turns one
 instance's collapsed paths into an htb/netem/u32 tree on that instance's egress
 interface, changes it in place while an experiment runs, and reads
 per-destination byte counters from an eBPF program at clsact egress.
+
+Modules: `plan` decides every number (pure, `--dry-run`), `layout` the
+handles and the u32 hash, `dist` makes netem's jitter tables, `nlmsg` packs
+the netlink messages, `nlsock` sends them in batches inside a network
+namespace, `tree` keeps the kernel's tree in step (`TcTree`), `check` probes
+the kernel first (`check_kernel`).  The eBPF counters live in `bpf/` and
+`counters`.
 """
+
+from .check import check_kernel
+from .plan import Shaping, TreePlan, plan_tree
+from .tree import TcTree
+
+__all__ = ["Shaping", "TcTree", "TreePlan", "check_kernel", "plan_tree"]

@@ -1,0 +1,93 @@
+"""Handles and the u32 hash layout of a TCAL tree: pure bookkeeping.
+
+    1:    htb root            1:1  default class (unshaped)
+    1:2   blackhole class     1:N  one class per destination, N >= 0x10, leaf N:
+    u32   800:: -> ht 1: (third octet of the destination) -> ht 0x100+octet3:
+          (fourth octet) -> one node per destination, matching its full address
+
+Two levels of 256 buckets keep classification at a constant few lookups for
+thousands of destinations, where a flat filter list would be walked linearly.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from collapsar.errors import CollapsarError
+
+ROOT_MAJOR = 1
+DEFAULT_MINOR = 1
+BLACKHOLE_MINOR = 2
+FIRST_DEST_MINOR = 0x10
+LAST_DEST_MINOR = 0xFFFE  # 0xffff is clsact's major, used by the counters
+
+U32_LEVEL1_HTID = 0x001
+U32_LEVEL2_HTID_BASE = 0x100
+U32_DIVISOR = 256
+U32_MAX_NODE = 0xFFF
+
+
+def classid(major: int, minor: int) -> int:
+    return (major << 16) | minor
+
+
+def format_handle(handle: int) -> str:
+    return f"{handle >> 16:x}:{handle & 0xFFFF:x}"
+
+
+@dataclass(frozen=True)
+class U32Slot:
+    """Where one destination sits in the two-level u32 hash."""
+
+    level1_bucket: int  # third octet
+    level2_htid: int
+    level2_bucket: int  # fourth octet
+    node: int  # 1.. within the bucket (addresses differing only above /16 share one)
+
+    @property
+    def handle(self) -> int:
+        return (self.level2_htid << 20) | (self.level2_bucket << 12) | self.node
+
+
+class U32Layout:
+    """Assigns each destination its place in the two-level hash (pure bookkeeping)."""
+
+    def __init__(self) -> None:
+        self.slots: dict[str, U32Slot] = {}
+
+    def place(self, dst_ip: str) -> U32Slot:
+        if dst_ip in self.slots:
+            return self.slots[dst_ip]
+        octets = ipaddress.IPv4Address(dst_ip).packed
+        htid = U32_LEVEL2_HTID_BASE + octets[2]
+        used = {s.node for s in self.slots.values() if s.level2_htid == htid and s.level2_bucket == octets[3]}
+        node = next(n for n in range(1, U32_MAX_NODE + 2) if n not in used)
+        if node > U32_MAX_NODE:
+            raise CollapsarError(f"destination {dst_ip}: more than {U32_MAX_NODE} destinations share "
+                                 f"the last two octets .{octets[2]}.{octets[3]}")
+        slot = U32Slot(octets[2], htid, octets[3], node)
+        self.slots[dst_ip] = slot
+        return slot
+
+    def level2_tables(self) -> set[int]:
+        return {s.level2_htid for s in self.slots.values()}
+
+
+class MinorAllocator:
+    """Class minors for destinations: the lowest free one, so handles stay small."""
+
+    def __init__(self) -> None:
+        self.used: set[int] = set()
+
+    def take(self) -> int:
+        minor = FIRST_DEST_MINOR
+        while minor in self.used:
+            minor += 1
+        if minor > LAST_DEST_MINOR:
+            raise CollapsarError(f"more than {LAST_DEST_MINOR - FIRST_DEST_MINOR + 1} destinations on one interface")
+        self.used.add(minor)
+        return minor
+
+    def free(self, minor: int) -> None:
+        self.used.discard(minor)

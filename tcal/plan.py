@@ -1,0 +1,332 @@
+"""The tc plan: from destinations to the exact tree, with no kernel involved.
+
+Everything numeric about the tree is decided here, so it can be unit tested
+without root and printed by `--dry-run`; `collapsar.tcal.tree` only encodes
+these numbers into netlink messages.
+
+The tree on one instance's egress interface:
+
+    1:    htb root, default class 1:1
+    1:1   default class: unlimited, prio 0 (Collapsar's own traffic, never shaped)
+    1:2   blackhole class, leaf 2: drops everything (cut and removed paths)
+    1:N   one class per destination (N >= 0x10), rate = ceil = path rate,
+          leaf N: netem (delay, jitter, loss) or, without netem, a pfifo
+    u32   800:: (root) -> ht 1: hashed on the third octet of the destination
+          -> ht 0x100+octet3: hashed on the fourth octet -> one node per
+          destination matching its full address -> class 1:N
+
+Why these numbers (measured on this project's hosts, see bench/tcal_bench.py):
+- wire overhead: htb charges only the layer-2 frame (1514 bytes for a 1500 MTU),
+  so TCP goodput is 1448/1514 = 95.6% of the rate, while real Ethernet also
+  sends preamble+SFD (8), FCS (4) and the inter-frame gap (12): 1448/1538 =
+  94.2%.  tc_ratespec.overhead would add those 24 bytes per *skb*, but TCP
+  hands the qdisc GSO super-packets of up to ~44 frames (the kernel keeps GSO on
+  for TCP even with the device's gso/tso off; only gso_max_segs=1 stops it, and
+  that caps a veth at ~570 Mbit/s on these 2-core hosts).  Measured: overhead
+  24 leaves TCP at 95.5%.  So we charge the overhead as a rate: the class runs
+  at rate x frame/(frame + 24), which gives full-sized frames exactly the wire
+  time of a real link whatever the GSO batching (measured 94.1% at 100 Mbit/s,
+  94.1% at 1 Gbit/s), and mpu 83 makes a minimum frame cost its 84 wire bytes.
+  Mid-sized frames are charged slightly less than on a real link (a 200-byte
+  frame: 203 instead of 224 wire bytes); bulk goodput is what users measure.
+- burst: the larger of two full frames and BURST_TIME_US (20 ms) of traffic at
+  the rate.  A burst of a whole second lets ~18 Mbit/s through a 10 Mbit/s
+  class for the first second; 20 ms lets 20 ms of traffic through early, once.
+  Smaller is not better: htb keeps at most one burst of tokens, so whenever the
+  dequeue runs late by more than the burst (softirq starved on a busy host)
+  the difference is lost for good.  Measured on a 2-core host at load ~10:
+  5 ms lost 15-19% of goodput at 50 Mbit/s and 15% at 1 Gbit/s in some runs,
+  20 ms at most 3.6%; on an idle host both are within 0.2%.
+- GSO: TCP hands htb super-packets of up to 64 KB (44 frames), and htb releases
+  each as one unit: at 1 Mbit/s the receiver got 64 KB every 0.53 s (per-second
+  goodput swinging between 0.5 and 1.04 Mbit/s).  Turning GSO off in the device
+  features does not stop TCP (the kernel keeps GSO on for it); the device's
+  gso_max_segs does.  We lower it, only when some path needs it, so that one
+  super-packet lasts no longer than one burst at the slowest path's rate (2
+  frames at 1 Mbit/s: per-second goodput then within 0.93-0.95 Mbit/s).  Not
+  to 1: a segment per skb caps a veth near 570 Mbit/s on these 2-core hosts.
+  Sockets read the limit when they connect, so it follows the setup rates,
+  not the sharing loop's.
+- netem limit: netem's default of 1000 packets caps TCP at 13-44 Mbit/s on a
+  100 Mbit/s path with 200 ms delay, because every packet in the delay line
+  occupies the queue.  The limit is the delay line (rate x (delay + 4 jitter))
+  in full frames, times 1.5 for the window overshoot of slow start, plus the
+  1000 packets the leaf would hold without any delay.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from collapsar.errors import CollapsarError
+from collapsar.units import format_duration_us, format_rate_bps
+
+from .layout import ROOT_MAJOR, MinorAllocator, U32Layout, U32Slot, classid, format_handle
+
+DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
+
+ETH_HEADER_BYTES = 14
+# Preamble + SFD (8) + FCS (4) + inter-frame gap (12): what a real link sends
+# beyond the frame htb sees (skb->len has no FCS).
+ETH_WIRE_OVERHEAD_BYTES = 24
+# Minimum Ethernet frame (64 with FCS) + preamble/SFD + gap.
+ETH_MIN_WIRE_BYTES = 84
+
+# "Unlimited" still needs an htb rate: 100 Gbit/s is far above what a veth pair
+# or a NIC moves per instance, so the class never throttles, and keeping a real
+# class means a later rate change is an in-place change like any other.
+UNLIMITED_RATE_BPS = 100 * 10**9
+# An unlimited path's delay line is sized as if it ran at 10 Gbit/s; sizing it
+# for 100 Gbit/s would allow millions of queued packets.
+LIMIT_RATE_CAP_BPS = 10 * 10**9
+
+BURST_TIME_US = 20_000
+MIN_BURST_FRAMES = 2
+MAX_BURST_S = 200
+MIN_GSO_SEGS = 2
+GSO_MAX_BYTES = 65536  # the largest super-packet (gso_max_size)
+LIMIT_HEADROOM = 1.5
+BASE_QUEUE_PKTS = 1000
+JITTER_SPAN = 4  # netem's tables reach 4 standard deviations (s16 / 8192)
+
+PSCHED_TICK_NS = 64  # PSCHED_SHIFT = 6: htb's buffer is in 64 ns ticks
+TC_LINKLAYER_ETHERNET = 1
+DEST_PRIO = 1
+DEFAULT_PRIO = 0  # control traffic goes before shaped traffic
+
+@dataclass(frozen=True)
+class Shaping:
+    """What one destination's path should look like, as seen from the sender."""
+
+    dst_ip: str
+    rate_bps: int | None
+    delay_us: int = 0
+    jitter_us: int = 0
+    distribution: str = "normal"
+    loss_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        where = f"destination {self.dst_ip!r}"
+        try:
+            ipaddress.IPv4Address(self.dst_ip)
+        except ValueError:
+            raise CollapsarError(f"{where}: expected an IPv4 address") from None
+        if self.rate_bps is not None and (not isinstance(self.rate_bps, int) or self.rate_bps < 8):
+            raise CollapsarError(f"{where}: rate_bps must be an integer >= 8 or None, got {self.rate_bps!r}")
+        for name in ("delay_us", "jitter_us"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise CollapsarError(f"{where}: {name} must be an integer >= 0, got {value!r}")
+        if self.jitter_us and not self.delay_us:
+            raise CollapsarError(f"{where}: jitter needs a delay (jitter_us={self.jitter_us}, delay_us=0)")
+        if self.distribution not in DISTRIBUTIONS:
+            raise CollapsarError(f"{where}: distribution must be one of {', '.join(DISTRIBUTIONS)}, "
+                                 f"got {self.distribution!r}")
+        if not 0.0 <= self.loss_ratio <= 1.0:
+            raise CollapsarError(f"{where}: loss_ratio must lie in [0, 1], got {self.loss_ratio!r}")
+
+    @property
+    def needs_netem(self) -> bool:
+        return bool(self.delay_us or self.jitter_us or self.loss_ratio)
+
+
+class HtbParams(NamedTuple):
+    """One htb class, in the kernel's units (bytes per second, 64 ns ticks).
+    (A NamedTuple, like LeafParams: the sharing loop makes hundreds per period.)"""
+
+    rate_bytes_ps: int
+    burst_bytes: int
+    buffer_ticks: int
+    quantum_bytes: int
+    overhead_bytes: int
+    mpu_bytes: int
+    prio: int
+
+
+class LeafParams(NamedTuple):
+    """The qdisc under a destination's class."""
+
+    kind: str  # "netem" or "pfifo"
+    limit_pkts: int
+    delay_us: int = 0
+    jitter_us: int = 0
+    distribution: str = "normal"
+    loss_ratio: float = 0.0
+
+
+def frame_wire_bytes(mtu_bytes: int, wire_overhead: bool) -> int:
+    return mtu_bytes + ETH_HEADER_BYTES + (ETH_WIRE_OVERHEAD_BYTES if wire_overhead else 0)
+
+
+def htb_params(rate_bps: int | None, *, wire_overhead: bool, mtu_bytes: int = 1500,
+               prio: int = DEST_PRIO) -> HtbParams:
+    """rate = ceil, burst = cburst; rate_bps None means UNLIMITED_RATE_BPS.
+
+    With `wire_overhead` the htb rate is the frame share of the wire rate (see
+    the module docstring): rate x (mtu + 14) / (mtu + 38)."""
+    frame = mtu_bytes + ETH_HEADER_BYTES
+    if wire_overhead:
+        share = frame / (frame + ETH_WIRE_OVERHEAD_BYTES)
+        rate_bytes_ps = round((rate_bps or UNLIMITED_RATE_BPS) * share / 8) or 1
+        mpu = math.ceil(ETH_MIN_WIRE_BYTES * share)
+    else:
+        rate_bytes_ps, mpu = round((rate_bps or UNLIMITED_RATE_BPS) / 8) or 1, 0
+    burst = max(MIN_BURST_FRAMES * frame, math.ceil(rate_bytes_ps * BURST_TIME_US / 1e6))
+    # htb's buffer is a u32 of 64 ns ticks (274 s): below ~100 bit/s two frames
+    # take longer than that, so the burst shrinks to what fits (htb still sends
+    # the frame; its tokens just go negative for longer).
+    burst = min(burst, rate_bytes_ps * MAX_BURST_S)
+    buffer_ticks = math.ceil(burst * 1e9 / rate_bytes_ps / PSCHED_TICK_NS)
+    return HtbParams(rate_bytes_ps, burst, buffer_ticks, frame, 0, mpu, prio)
+
+
+def leaf_limit_pkts(rate_bps: int | None, delay_us: int, jitter_us: int, mtu_bytes: int = 1500) -> int:
+    """Queue limit (packets) for a leaf: delay line with headroom plus a base queue."""
+    rate = min(rate_bps or LIMIT_RATE_CAP_BPS, LIMIT_RATE_CAP_BPS)
+    line_bytes = rate / 8 * (delay_us + JITTER_SPAN * jitter_us) / 1e6
+    return BASE_QUEUE_PKTS + math.ceil(LIMIT_HEADROOM * line_bytes / (mtu_bytes + ETH_HEADER_BYTES))
+
+
+class HtbCalculator:
+    """`htb_params` with the per-interface constants worked out once: the
+    sharing loop computes hundreds of classes per 50 ms period."""
+
+    __slots__ = ("share", "frame", "mpu", "min_burst", "wire_overhead", "mtu_bytes")
+
+    def __init__(self, *, wire_overhead: bool, mtu_bytes: int = 1500):
+        self.wire_overhead, self.mtu_bytes = wire_overhead, mtu_bytes
+        self.frame = mtu_bytes + ETH_HEADER_BYTES
+        self.share = self.frame / (self.frame + ETH_WIRE_OVERHEAD_BYTES) if wire_overhead else 1.0
+        self.mpu = math.ceil(ETH_MIN_WIRE_BYTES * self.share) if wire_overhead else 0
+        self.min_burst = MIN_BURST_FRAMES * self.frame
+
+    def __call__(self, rate_bps: int | None) -> HtbParams:
+        if rate_bps is None or rate_bps < 10**6:  # the rare and the edge cases: the reference path
+            return htb_params(rate_bps, wire_overhead=self.wire_overhead, mtu_bytes=self.mtu_bytes)
+        rate_bytes_ps = round(rate_bps * self.share / 8)
+        burst = max(self.min_burst, -(-rate_bytes_ps * BURST_TIME_US // 1_000_000))
+        ticks = -(-burst * (10**9 // PSCHED_TICK_NS) // rate_bytes_ps)
+        return HtbParams(rate_bytes_ps, burst, ticks, self.frame, 0, self.mpu, DEST_PRIO)
+
+
+def gso_max_segs(rates_bps: list[int | None], mtu_bytes: int = 1500) -> int | None:
+    """The interface's gso_max_segs so that a super-packet lasts at most one burst
+    (BURST_TIME_US) at the slowest path; None when no path is slow enough to care."""
+    limited = [r for r in rates_bps if r is not None]
+    if not limited:
+        return None
+    frame = mtu_bytes + ETH_HEADER_BYTES
+    segs = int(min(limited) / 8 * BURST_TIME_US / 1e6 // frame)
+    if segs >= GSO_MAX_BYTES // frame:
+        return None
+    return max(MIN_GSO_SEGS, segs)
+
+
+_SAME = object()
+
+
+def leaf_params(shaping: Shaping, *, netem: bool, mtu_bytes: int = 1500,
+                limit_rate_bps: int | None | object = _SAME) -> LeafParams:
+    """The leaf for `shaping`; `limit_rate_bps` sizes the queue for another rate
+    than the path's current one (None: unlimited) so that a queue sized for a
+    fast path keeps its room when the sharing loop slows the path down."""
+    sizing_rate = shaping.rate_bps if limit_rate_bps is _SAME else limit_rate_bps
+    limit = leaf_limit_pkts(sizing_rate, shaping.delay_us, shaping.jitter_us, mtu_bytes)
+    if not netem:
+        if shaping.needs_netem:
+            raise CollapsarError(
+                f"destination {shaping.dst_ip}: delay, jitter and loss need sch_netem, but this tree "
+                f"was built without netem (delay_us={shaping.delay_us}, jitter_us={shaping.jitter_us}, "
+                f"loss_ratio={shaping.loss_ratio})")
+        return LeafParams("pfifo", limit)
+    return LeafParams("netem", limit, shaping.delay_us, shaping.jitter_us,
+                      shaping.distribution, shaping.loss_ratio)
+
+
+@dataclass(frozen=True)
+class DestPlan:
+    shaping: Shaping
+    minor: int
+    htb: HtbParams
+    leaf: LeafParams
+    slot: U32Slot
+
+    @property
+    def classid(self) -> int:
+        return classid(ROOT_MAJOR, self.minor)
+
+    @property
+    def leaf_handle(self) -> int:
+        return classid(self.minor, 0)
+
+
+@dataclass
+class TreePlan:
+    wire_overhead: bool
+    netem: bool
+    mtu_bytes: int
+    default_htb: HtbParams
+    blackhole_leaf: LeafParams
+    dests: list[DestPlan] = field(default_factory=list)
+
+    def describe(self) -> list[str]:
+        lines = [f"qdisc 1: root htb default 1:1 (wire overhead {'on' if self.wire_overhead else 'off'}, "
+                 f"mtu {self.mtu_bytes})",
+                 f"class 1:1 default (unshaped): {describe_htb(self.default_htb, None)}",
+                 f"class 1:2 blackhole: leaf 2: {describe_leaf(self.blackhole_leaf)} (cut and removed paths)",
+                 "filter u32 ht 800: match all, hash dst octet 3 -> ht 1: (256 buckets)"]
+        for d in self.dests:
+            s = d.slot
+            lines.append(f"class {format_handle(d.classid)} -> {d.shaping.dst_ip}: "
+                         f"{describe_htb(d.htb, d.shaping.rate_bps)}; "
+                         f"leaf {d.minor:x}: {describe_leaf(d.leaf)}")
+            lines.append(f"  filter u32 ht 1: bucket {s.level1_bucket} -> ht {s.level2_htid:x}: "
+                         f"bucket {s.level2_bucket} node {s.node}: dst {d.shaping.dst_ip}/32 "
+                         f"-> {format_handle(d.classid)}")
+        return lines
+
+
+def describe_htb(p: HtbParams, rate_bps: int | None) -> str:
+    rate = "unlimited" if rate_bps is None else format_rate_bps(rate_bps)
+    return (f"rate=ceil {rate} ({p.rate_bytes_ps} B/s), burst=cburst {p.burst_bytes} B "
+            f"({p.buffer_ticks} ticks), quantum {p.quantum_bytes} B, overhead {p.overhead_bytes} B, "
+            f"mpu {p.mpu_bytes} B, prio {p.prio}")
+
+
+def describe_leaf(p: LeafParams) -> str:
+    if p.kind == "pfifo":
+        return f"pfifo limit {p.limit_pkts}"
+    parts = [f"netem delay {format_duration_us(p.delay_us)}"]
+    if p.jitter_us:
+        parts.append(f"jitter {format_duration_us(p.jitter_us)} {p.distribution}")
+    parts.append(f"loss {p.loss_ratio:.6g} limit {p.limit_pkts}")
+    return " ".join(parts)
+
+
+def blackhole_leaf(netem: bool) -> LeafParams:
+    """With netem, a blackhole is loss 100% (silent, like a cut cable); without it, a
+    pfifo of limit 0 (the sender sees a local drop, NET_XMIT_DROP)."""
+    return LeafParams("netem", BASE_QUEUE_PKTS, loss_ratio=1.0) if netem else LeafParams("pfifo", 0)
+
+
+def plan_tree(shapings: list[Shaping], *, wire_overhead: bool = True, netem: bool = True,
+              mtu_bytes: int = 1500) -> TreePlan:
+    seen: set[str] = set()
+    for s in shapings:
+        if s.dst_ip in seen:
+            raise CollapsarError(f"destination {s.dst_ip} appears twice in one tree")
+        seen.add(s.dst_ip)
+    plan = TreePlan(wire_overhead, netem, mtu_bytes,
+                    default_htb=htb_params(None, wire_overhead=wire_overhead, mtu_bytes=mtu_bytes,
+                                           prio=DEFAULT_PRIO),
+                    blackhole_leaf=blackhole_leaf(netem))
+    layout, minors = U32Layout(), MinorAllocator()
+    for s in shapings:
+        plan.dests.append(DestPlan(s, minors.take(),
+                                   htb_params(s.rate_bps, wire_overhead=wire_overhead, mtu_bytes=mtu_bytes),
+                                   leaf_params(s, netem=netem, mtu_bytes=mtu_bytes),
+                                   layout.place(s.dst_ip)))
+    return plan
