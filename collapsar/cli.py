@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("collapsar.commands.validate", "Check a topology file and print a summary"),
     "collapse": ("collapsar.commands.collapse", "Print the collapsed path table at a time"),
     "import": ("collapsar.commands.import_xml", "Convert a Kollaps XML experiment to YAML"),
+    "run": ("collapsar.commands.run", "Emulate an experiment on this host (local mode)"),
+    "cleanup": ("collapsar.commands.cleanup", "Remove what a killed local run left behind"),
 }
 
 

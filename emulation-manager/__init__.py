@@ -1,2 +1,27 @@
-"""collapsar.manager owns the per-host emulation manager: finds instances, runs one emulation core each, the sharing loop, metadata over Aeron, the event scheduler and the status API. (Local mode lands with the runtime issue.)
+"""collapsar.manager: the per-host emulation manager.
+
+Owns: making instances' network places and running one emulation core per
+instance, the timeline player, the status API, and (from the Aeron side)
+the flow-metadata codec, transport and bandwidth-sharing model.  Does not
+own: parsing, collapsing or the timeline (collapsar), tc and eBPF
+(collapsar.tcal), Docker deployment (collapsar.deploy).
+
+Local mode (`collapsar run`), one concept per module:
+  addressing  names and addresses of a run (pure)
+  experiment  instances, commands and paths a run needs, from the timeline
+  rundir      run directory, write-ahead journal, host-wide lock, cleanup plan
+  nsexec      create/enter network namespaces (libc)
+  netns       bridge, namespaces, veths, addresses, hosts files (pyroute2)
+  core        one instance's shaping through the TCAL; path changes -> tc calls
+  supervisor  commands inside namespaces: start, leave, crash, reap
+  scheduler   absolute-deadline firing with an event log of lateness
+  player      timeline steps -> what to change on this host
+  throughput  measured per-destination rates from the eBPF counters
+  status      HTTP JSON, server-sent events and Prometheus on 127.0.0.1
+  teardown    carry out a cleanup plan (end of run, or `collapsar cleanup`)
+  dryrun      the per-instance tc plan for `--dry-run`
+  local       LocalRun: the whole run, in order
+
+Sharing loop (written separately): metadata (wire format), aeron
+(transport), sharing (RTT-aware min-max model).
 """

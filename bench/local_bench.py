@@ -1,0 +1,105 @@
+"""Local mode benchmark: time from `collapsar run` to "all instances up", and
+the manager's CPU per instance per second at the default 50 ms period.
+
+Each case writes a star topology of N services (each `sleep`, bandwidth-only
+links so it runs without sch_netem), starts `collapsar run --duration`, waits
+for "all up" and then for the eBPF counters (attached in the background),
+reads the manager's own CPU time from /proc between two points of the steady
+state, then SIGTERMs the run and times its teardown.  Needs root.  Reports medians of --repeat
+runs; `--json` for scripts.
+
+    python bench/local_bench.py --sizes 10 50 200 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CLI = [sys.executable, "-m", "collapsar.cli"]
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def topology(n: int) -> str:
+    lines = ["experiment: {name: bench}", "services:"]
+    lines += [f"  n{i}: {{command: [sleep, '3600']}}" for i in range(1, n + 1)]
+    lines += ["bridges: [sw]", "links:"]
+    lines += [f"  - {{from: n{i}, to: sw, bandwidth: 100Mbps}}" for i in range(1, n + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime, this process only
+
+
+def one_run(n: int, steady_s: float, workdir: Path) -> dict:
+    path = workdir / f"bench-{n}.yaml"
+    path.write_text(topology(n))
+    began = time.monotonic()
+    proc = subprocess.Popen([*CLI, "run", str(path), "--duration", f"{int(steady_s + 600)}s",
+                             "--run-dir", str(workdir / "runs"), "--status-port", "-1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    up_s = reported_ms = None
+    for line in proc.stdout:
+        if line.startswith("all "):
+            up_s = time.monotonic() - began
+            reported_ms = float(line.split(" in ")[1].split(" ms")[0])
+            break
+    if up_s is None:
+        raise SystemExit(f"run of {n} instances failed: {proc.stderr.read()}")
+    for line in proc.stdout:  # the counters attach in the background after "all up"
+        if line.startswith("counters attached"):
+            break
+    counters_s = time.monotonic() - began
+    time.sleep(1.0)  # let start-up work settle
+    cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+    time.sleep(steady_s)
+    cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
+    proc.terminate()
+    down_began = time.monotonic()
+    rest, err = proc.communicate(timeout=600)
+    down_s = time.monotonic() - down_began
+    if proc.returncode != 0:
+        raise SystemExit(f"run of {n} instances ended with {proc.returncode}: {err}")
+    cpu_per_instance_s = (cpu1 - cpu0) / (t1 - t0) / n
+    return {"instances": n, "up_s": up_s, "manager_up_ms": reported_ms, "counters_s": counters_s,
+            "teardown_s": down_s,
+            "cpu_ms_per_instance_s": cpu_per_instance_s * 1000}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 50, 200])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--steady", type=float, default=5.0, help="Seconds of steady state measured")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("local_bench needs root")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="cx-bench-") as tmp:
+        for n in args.sizes:
+            runs = [one_run(n, args.steady, Path(tmp)) for _ in range(args.repeat)]
+            rows.append({key: (statistics.median(r[key] for r in runs) if key != "instances" else n)
+                         for key in runs[0]} | {"runs": args.repeat})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'instances':>9} {'to all up (s)':>14} {'manager up (ms)':>16} {'counters (s)':>13} "
+          f"{'teardown (s)':>13} {'CPU ms/instance/s':>18}   (medians of {args.repeat})")
+    for r in rows:
+        print(f"{r['instances']:>9} {r['up_s']:>14.2f} {r['manager_up_ms']:>16.0f} {r['counters_s']:>13.2f} "
+              f"{r['teardown_s']:>13.2f} {r['cpu_ms_per_instance_s']:>18.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""`collapsar run FILE`: emulate an experiment on this host (local mode).
+
+Makes one network namespace per instance joined by a bridge, shapes every
+path at the sender's egress through the TCAL, starts each service's command
+in its namespace, plays the timeline and tears everything down at the end
+(see collapsar.manager.local for the order of things).
+
+- netem is used only if some path, at t=0 or after any event, has delay,
+  jitter or loss; a bandwidth-only experiment runs on htb with fifo leaves,
+  so it also runs on kernels without sch_netem.  Where netem is needed and
+  missing, the run stops before creating anything and names both fixes.
+- Names: every namespace gets /etc/netns/NAME/hosts listing all instances;
+  commands start through `ip netns exec`, which binds it over /etc/hosts.
+- The run directory (default /run/collapsar/RUNID) holds plan.json, logs/
+  (stdout and stderr per instance), events.json (scheduled, applied and
+  lateness per timeline step), instances.json, flows.json and the journal.
+- `--dry-run` prints the tc plan and changes nothing.
+- `--vm` runs this same command inside a throwaway VM with Debian's stock
+  kernel (which has sch_netem) through collapsar.vm; the run directory base
+  is shared back.  Cost: about a minute to boot under software emulation
+  (KVM does not work on this project's hosts), and shaping runs on emulated
+  CPUs, so rates above ~100 Mbit/s are not trustworthy there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+VM_BOOT_ALLOWANCE_S = 600  # qemu without KVM boots in about a minute; leave room
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="Experiment file (YAML)")
+    parser.add_argument("--duration", metavar="TIME", default=None,
+                        help="Stop after this long from t=0 (e.g. 30s); default: when every "
+                             "command has exited, or on Ctrl-C")
+    parser.add_argument("--subnet", default="10.77.0.0/16", help="IPv4 subnet for instance addresses")
+    parser.add_argument("--run-dir", metavar="DIR", default=None,
+                        help="Put the run directory under DIR instead of /run/collapsar")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="Print the per-instance tc plan and change nothing")
+    parser.add_argument("--vm", action="store_true",
+                        help="Run inside a throwaway VM with Debian's stock kernel (has sch_netem; "
+                             "about a minute to boot without KVM)")
+    parser.add_argument("--status-port", type=int, default=0, metavar="PORT",
+                        help="Port of the status API on 127.0.0.1 (0: any free port; -1: none)")
+    parser.add_argument("--grace", default="5s", metavar="TIME",
+                        help="How long a leaving instance gets between SIGTERM and SIGKILL")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import CollapsarError
+    from ..units import UnitError, parse_duration_us
+
+    def duration(flag: str, text: str | None) -> int | None:
+        if text is None:
+            return None
+        try:
+            return parse_duration_us(text)
+        except UnitError as error:
+            raise CollapsarError(f"{flag} {text}: {error}") from None
+
+    duration_us = duration("--duration", args.duration)
+    grace_us = duration("--grace", args.grace)
+    if args.vm:
+        return _run_in_vm(args)
+
+    from ..parser import parse_file
+    from ..timeline import build_timeline
+
+    experiment = parse_file(args.file)
+    timeline = build_timeline(experiment)
+    if args.dry_run:
+        from ..manager.dryrun import describe_run
+        for line in describe_run(experiment, timeline, args.subnet):
+            print(line)
+        return 0
+    if os.geteuid() != 0:
+        from ..errors import EnvironmentProblem
+        raise EnvironmentProblem("collapsar run needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN for "
+                                 "namespaces and traffic control)", "run it as root, e.g. with sudo")
+    from ..manager.local import LocalRun, RunOptions
+
+    options = RunOptions(duration_us=duration_us, subnet=args.subnet,
+                         run_base=Path(args.run_dir).resolve() if args.run_dir else None,
+                         status_port=None if args.status_port < 0 else args.status_port,
+                         grace_s=grace_us / 1e6)
+    return LocalRun(experiment, timeline, options).run()
+
+
+def _run_in_vm(args: argparse.Namespace) -> int:
+    """Re-run this very command (without --vm) in the VM; the run directory
+    base is shared back, so logs and the event log land on the host."""
+    from ..units import parse_duration_us
+    from ..vm import run_in_vm
+
+    base = Path(args.run_dir).resolve() if args.run_dir else Path(tempfile.mkdtemp(prefix="collapsar-vm-"))
+    base.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "collapsar.cli", "run", str(Path(args.file).resolve()),
+            "--subnet", args.subnet, "--run-dir", str(base), "--status-port", str(args.status_port),
+            "--grace", args.grace]
+    if args.duration:
+        argv += ["--duration", args.duration]
+    if args.dry_run:
+        argv.append("--dry-run")
+    timeout_s = VM_BOOT_ALLOWANCE_S + (parse_duration_us(args.duration) / 1e6 if args.duration else 3600)
+    # The guest does not inherit our environment: pass on what selects code and state.
+    env = {name: value for name, value in os.environ.items()
+           if name == "PYTHONPATH" or name.startswith("COLLAPSAR_")}
+    print(f"running in a VM (stock kernel, software emulation: about a minute to boot); "
+          f"run directory under {base}", flush=True)
+    return run_in_vm(argv, [base], timeout_s, env, log=lambda line: print(line, flush=True))

@@ -1,0 +1,116 @@
+"""Measured send rate per (instance, destination), from the TCAL's eBPF
+counters, sampled once per manager period.  The rate is taken over the last
+WINDOW_NS of samples: one 50 ms period holds too few packets of a slow flow
+for a steady figure.
+
+Counters are attached on a background thread after the instances are up:
+loading and verifying one BPF program per instance costs ~0.1 s each here,
+and measurements must not delay the emulation itself.  They are optional:
+where the counters library is not built the run goes on without
+measurements and says so once (the shaping does not need them).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+from ..errors import CollapsarError
+from .addressing import NetworkPlan
+
+WINDOW_NS = 1_000_000_000
+ACTIVE_SAMPLES = 1200  # a minute of 50 ms periods: bounded memory in long runs
+
+
+class Meter:
+    def __init__(self, plan: NetworkPlan, factory: Callable[[str, str], object] | None,
+                 say: Callable[[str], None]):
+        self._plan = plan
+        self._factory = factory
+        self._say = say
+        self._instance_of = {net.ip: net.instance for net in plan.instances}
+        self._counters: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+        # (src, dst) -> recent (ns, wire bytes) samples, oldest first
+        self._history: dict[tuple[str, str], deque] = {}
+        self._flows: dict[tuple[str, str], dict] = {}
+        self._active: dict[tuple[str, str], deque] = {}
+
+    def start(self) -> None:
+        if self._factory is not None:
+            self._thread = threading.Thread(target=self._attach_all, name="counters", daemon=True)
+            self._thread.start()
+
+    def _attach_all(self) -> None:
+        for net in self._plan.instances:
+            if self._closing.is_set():
+                return
+            try:
+                counters = self._factory(net.ifname, net.netns).attach()
+            except CollapsarError as error:
+                self._say(f"warning: no throughput measurements: {error}")
+                return
+            with self._lock:
+                if self._closing.is_set():
+                    counters.detach()
+                    return
+                self._counters[net.instance] = counters
+        self._say(f"counters attached on {len(self._counters)} instances")
+
+    @property
+    def attached(self) -> int:
+        with self._lock:
+            return len(self._counters)
+
+    def sample(self) -> None:
+        with self._lock:
+            counters_now = list(self._counters.items())
+        now = time.monotonic_ns()
+        for src, counters in counters_now:
+            for ip, counter in counters.read().items():
+                dst = self._instance_of.get(ip)
+                if dst is None:
+                    continue  # traffic to outside the run (there should be none)
+                key = (src, dst)
+                history = self._history.setdefault(key, deque())
+                history.append((now, counter.wire_bytes))
+                while len(history) > 2 and now - history[1][0] >= WINDOW_NS:
+                    history.popleft()
+                first_ns, first_bytes = history[0]
+                span_ns = now - first_ns
+                rate = int((counter.wire_bytes - first_bytes) * 8e9 / span_ns) if span_ns > 0 else 0
+                if span_ns >= WINDOW_NS // 2 and rate > 0:
+                    # A full-ish window while the flow is sending: a candidate
+                    # for the flow's typical rate (see flows()).
+                    self._active.setdefault(key, deque(maxlen=ACTIVE_SAMPLES)).append(rate)
+                self._flows[key] = {"src": src, "dst": dst, "bytes": counter.bytes,
+                                    "packets": counter.packets, "wire_bytes": counter.wire_bytes,
+                                    "rate_bps": rate}
+
+    def flows(self) -> list[dict]:
+        """Each flow's counters, its rate over the last window, and its
+        median windowed rate while it was sending: the counters see traffic
+        as offered, before the shaper, so a TCP flow's first burst into the
+        queue overshoots; the median is what the flow settled at."""
+        result = []
+        for key in sorted(self._flows):
+            active = sorted(self._active.get(key, ()))
+            median = active[len(active) // 2] if active else 0
+            result.append({**self._flows[key], "median_rate_bps": median})
+        return result
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            for counters in self._counters.values():
+                try:
+                    counters.detach()
+                except CollapsarError:
+                    pass  # the namespace is about to go, and the filter with it
+            self._counters.clear()

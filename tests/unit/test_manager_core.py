@@ -1,0 +1,94 @@
+"""The emulation core against a fake TCAL tree: which TCAL call each path
+change becomes."""
+
+import pytest
+
+from collapsar.errors import CollapsarError
+from collapsar.manager.core import EmulationCore, needs_netem
+
+from test_manager_fakes import FakeShaping, FakeTree, path
+
+IPS = {"a": "10.77.0.2", "b": "10.77.0.3", "c": "10.77.0.4"}
+
+
+def make_core(netem=False) -> EmulationCore:
+    return EmulationCore("a", "eth0", "ns-a", IPS, FakeTree, FakeShaping, netem=netem, wire_overhead=True)
+
+
+def test_install_sets_up_reachable_and_cuts_unreachable_destinations():
+    core = make_core()
+    core.install({"a": None, "b": path("a", "b", rate_bps=10_000_000), "c": None})
+    tree = core.tree
+    assert tree.calls == [("setup", ("10.77.0.3", "10.77.0.4")), ("cut", "10.77.0.4")]
+    assert tree.shapings["10.77.0.3"] == FakeShaping("10.77.0.3", 10_000_000)
+    assert tree.netns == "ns-a" and tree.ifname == "eth0"
+    assert core.configured() == {"b": path("a", "b", rate_bps=10_000_000), "c": None}
+
+
+def test_property_change_is_one_batched_change_with_only_the_changed_fields():
+    core = make_core(netem=True)
+    core.install({"b": path("a", "b", delay_us=1000), "c": path("a", "c", delay_us=1000)})
+    core.apply({"b": path("a", "b", delay_us=5000), "c": path("a", "c", delay_us=1000, rate_bps=2_000_000)})
+    assert core.tree.calls[-1] == ("change_many", {"10.77.0.3": {"delay_us": 5000},
+                                                   "10.77.0.4": {"rate_bps": 2_000_000}})
+    assert len(core.tree.calls) == 2
+
+
+def test_cut_then_restore_with_new_properties():
+    core = make_core()
+    core.install({"b": path("a", "b")})
+    core.apply({"b": None})
+    assert core.tree.calls[-1] == ("cut", "10.77.0.3")
+    assert core.configured() == {"b": None}
+    core.apply({"b": None})  # already cut: nothing more
+    assert len(core.tree.calls) == 2
+    core.apply({"b": path("a", "b", rate_bps=1_000_000)})
+    assert core.tree.calls[-2:] == [("restore", "10.77.0.3"),
+                                    ("change_many", {"10.77.0.3": {"rate_bps": 1_000_000}})]
+    assert core.tree.cut_ips == set()
+
+
+def test_restore_with_same_properties_sends_no_change():
+    core = make_core()
+    core.install({"b": path("a", "b")})
+    core.apply({"b": None})
+    core.apply({"b": path("a", "b")})
+    assert core.tree.calls[-1] == ("restore", "10.77.0.3")
+
+
+def test_destination_unknown_at_t0_is_added_later():
+    core = make_core()
+    core.install({"b": path("a", "b")})
+    core.apply({"c": path("a", "c", rate_bps=3_000_000)})
+    assert core.tree.calls[-1] == ("add", "10.77.0.4")
+    assert core.tree.shapings["10.77.0.4"].rate_bps == 3_000_000
+
+
+def test_placeholder_class_gets_every_field_when_restored():
+    core = make_core()
+    core.install({"b": None})
+    core.apply({"b": path("a", "b", rate_bps=4_000_000)})
+    assert core.tree.calls[-2] == ("restore", "10.77.0.3")
+    assert core.tree.calls[-1][1]["10.77.0.3"]["rate_bps"] == 4_000_000
+    assert set(core.tree.calls[-1][1]["10.77.0.3"]) == {"rate_bps", "delay_us", "jitter_us",
+                                                        "distribution", "loss_ratio"}
+
+
+def test_own_instance_is_never_shaped():
+    core = make_core()
+    core.install({"a": path("a", "a"), "b": path("a", "b")})
+    core.apply({"a": None})
+    assert core.tree.calls == [("setup", ("10.77.0.3",))]
+
+
+def test_tcal_rejection_reaches_the_caller():
+    core = make_core(netem=False)
+    with pytest.raises(CollapsarError, match="needs netem"):
+        core.install({"b": path("a", "b", delay_us=10)})
+
+
+def test_needs_netem_only_for_delay_jitter_or_loss():
+    assert not needs_netem([path("a", "b"), None, path("b", "a", rate_bps=None)])
+    assert needs_netem([path("a", "b"), path("b", "a", delay_us=1)])
+    assert needs_netem([path("a", "b", loss_ratio=0.01)])
+    assert not needs_netem([])

@@ -1,0 +1,92 @@
+"""What the player asks of a host at each step, against fake timelines."""
+
+import time
+
+from collapsar.model import LinkSetEvent, PartitionEvent, ServiceEvent
+from collapsar.manager.player import Player, StepPlan, describe_event, plan_step
+
+from test_manager_fakes import FakeState, full_mesh, path, timeline_of
+
+ABC = ["a", "b", "c"]
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def set_paths(self, src, paths):
+        self.calls.append(("paths", src, dict(paths)))
+
+    def start_instance(self, instance):
+        self.calls.append(("start", instance))
+
+    def stop_instance(self, instance):
+        self.calls.append(("stop", instance))
+
+    def kill_instance(self, instance):
+        self.calls.append(("kill", instance))
+
+    def mark_instance(self, instance, status):
+        self.calls.append(("mark", instance, status))
+
+
+def test_link_change_touches_only_changed_paths():
+    s0 = FakeState(ABC, full_mesh(ABC))
+    s1 = FakeState(ABC, {**full_mesh(ABC), ("a", "b"): path("a", "b", rate_bps=1_000_000)})
+    event = LinkSetEvent(1000, "a", "b", {"rate_bps": 1_000_000}, {})
+    timeline = timeline_of([(0, (), s0), (1000, (event,), s1)])
+    plan = plan_step(s0, timeline.steps[1])
+    assert plan == StepPlan(paths={"a": {"b": path("a", "b", rate_bps=1_000_000)}})
+
+
+def test_leave_stops_and_cuts_crash_kills():
+    s0 = FakeState(ABC, full_mesh(ABC))
+    s1 = FakeState(["a"], {})
+    events = (ServiceEvent(1000, "b", "leave", ("b",)), ServiceEvent(1000, "c", "crash", ("c",)))
+    plan = plan_step(s0, timeline_of([(0, (), s0), (1000, events, s1)]).steps[1])
+    assert plan.stop == ["b"] and plan.kill == ["c"] and plan.start == []
+    assert plan.paths["a"] == {"b": None, "c": None}
+    assert plan.paths["b"] == {"a": None, "c": None}
+
+
+def test_join_starts_after_its_paths_are_in_place():
+    s0 = FakeState(["a"], {})
+    s1 = FakeState(["a", "b"], full_mesh(["a", "b"]))
+    timeline = timeline_of([(0, (), s0), (500, (ServiceEvent(500, "b", "join", ("b",)),), s1)])
+    recorder = Recorder()
+    player = Player(timeline, recorder)
+    player.start()
+    time.sleep(0.05)
+    player.stop()
+    assert recorder.calls == [("paths", "a", {"b": path("a", "b")}),
+                              ("paths", "b", {"a": path("b", "a")}), ("start", "b")]
+    assert len(player.log) == 1 and player.pending == 0
+    assert player.log[0].label == "b join [b]"
+
+
+def test_disconnect_cuts_paths_but_keeps_the_process():
+    s0 = FakeState(ABC, full_mesh(ABC))
+    paths = {k: v for k, v in full_mesh(ABC).items() if "c" not in k}
+    s1 = FakeState(ABC, paths, disconnected={"c"})
+    plan = plan_step(s0, timeline_of([(0, (), s0), (9, (ServiceEvent(9, "c", "disconnect", ("c",)),), s1)])
+                     .steps[1])
+    assert plan.stop == [] and plan.kill == [] and plan.start == []
+    assert plan.paths == {"a": {"c": None}, "b": {"c": None}, "c": {"a": None, "b": None}}
+    assert plan.marks == {"c": "disconnected"}
+    back = plan_step(s1, timeline_of([(0, (), s1), (9, (), s0)]).steps[1])
+    assert back.marks == {"c": "up"} and back.paths["c"] == {"a": path("c", "a"), "b": path("c", "b")}
+
+
+def test_local_filter_keeps_only_this_hosts_instances():
+    s0 = FakeState(ABC, full_mesh(ABC))
+    s1 = FakeState(["a"], {})
+    events = (ServiceEvent(1, "b", "leave", ("b", "c")),)
+    plan = plan_step(s0, timeline_of([(0, (), s0), (1, events, s1)]).steps[1], local={"a", "b"})
+    assert plan.stop == ["b"]
+    assert set(plan.paths) == {"a", "b"}
+
+
+def test_events_are_described_for_the_log():
+    assert describe_event(PartitionEvent(0, (frozenset({"x", "y"}), frozenset({"z"})), "start")) \
+        == "partition start x,y | z"
+    assert describe_event(ServiceEvent(0, "web", "crash", ("web-2", "web-3"))) == "web crash [web-2, web-3]"
