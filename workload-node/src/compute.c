@@ -1,0 +1,54 @@
+/* compute: the COMPUTE op's three ways to be busy. Thread CPU time (the
+ * default) stretches in wall time under contention like real work would;
+ * wall time spins on the clock; a calibrated loop runs a fixed amount of
+ * arithmetic, measured once at start-up, so that a slower or shared CPU
+ * makes it take longer, as the same code would. */
+#include "node.h"
+
+#include <stdio.h>
+
+static double iterations_per_ns;
+static volatile uint64_t sink; /* keeps the loop from being optimized away */
+
+static uint64_t spin(uint64_t iterations)
+{
+	uint64_t x = 88172645463325252ull;
+	for (uint64_t i = 0; i < iterations; i++) { /* xorshift: cheap, not foldable */
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+	}
+	return x;
+}
+
+void wl_compute_calibrate(void)
+{
+	/* Best of five 10 ms trials: preemption only ever makes a trial slower. */
+	uint64_t n = 1000000;
+	double best = 0;
+	for (int trial = 0; trial < 5; trial++) {
+		uint64_t t0 = wl_now_ns();
+		sink = spin(n);
+		uint64_t dt = wl_now_ns() - t0;
+		double rate = (double)n / (double)(dt ? dt : 1);
+		if (rate > best)
+			best = rate;
+		n = (uint64_t)(best * 10e6) + 1;
+	}
+	iterations_per_ns = best;
+	fprintf(stderr, "wl-node: calibrated loop: %.1f iterations/us\n", best * 1e3);
+}
+
+void wl_compute(struct wl_worker *w, const struct wl_op *op)
+{
+	if (op->flags & WL_COMPUTE_LOOP) {
+		sink = spin((uint64_t)((double)op->compute.ns * iterations_per_ns));
+		return;
+	}
+	bool wall = op->flags & WL_COMPUTE_WALL;
+	uint64_t (*clock)(void) = wall ? wl_now_ns : wl_thread_cpu_ns;
+	uint64_t end = clock() + op->compute.ns;
+	/* A shutdown request cuts a long compute short. */
+	while (clock() < end && !__atomic_load_n(&w->node->stop, __ATOMIC_RELAXED))
+		;
+}

@@ -1,0 +1,244 @@
+/* forward: the FORWARD op. A job sends its sub-chain to each target over a
+ * per-worker cached outbound connection, then waits for nack replies. Each
+ * send is a pending slot with a deadline; a reply, a timeout or a broken
+ * connection settles it, with retries before a target counts as failed.
+ * Settling is only done from the worker loop (reply parse or sweep), never
+ * from inside wl_fwd_start, so a job is never freed under its own feet. */
+#include "node.h"
+#include "trace.h"
+
+#include <errno.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NO_PENDING UINT32_MAX
+
+static struct wl_conn *outbound(struct wl_worker *w, const struct wl_target *t)
+{
+	struct wl_addr a;
+	wl_addr_from_raw(&a, t->proto, t->family, t->addr, t->port);
+	for (size_t i = 0; i < w->nouts; i++) {
+		struct wl_conn *c = w->outs[i];
+		if (c->peer.proto == a.proto && c->peer.salen == a.salen && !memcmp(&c->peer.sa, &a.sa, a.salen))
+			return c;
+	}
+	if (w->nouts == w->outs_cap) {
+		size_t cap = w->outs_cap ? w->outs_cap * 2 : 8;
+		struct wl_conn **outs = realloc(w->outs, cap * sizeof(*outs));
+		if (!outs) {
+			wl_err("worker %d: out of memory for outbound connections", w->index);
+			return NULL;
+		}
+		w->outs = outs;
+		w->outs_cap = cap;
+	}
+	int fd = wl_connect(&a, true, w->node->cfg.nodelay);
+	if (fd < 0)
+		return NULL;
+	struct wl_conn *c = wl_conn_new(w, WL_CONN_OUT, fd, WL_EV_IN | WL_EV_OUT);
+	if (!c) {
+		close(fd);
+		return NULL;
+	}
+	c->peer = a;
+	c->connecting = a.proto == WL_PROTO_TCP;
+	c->want_out = true;
+	w->outs[w->nouts++] = c;
+	return c;
+}
+
+static uint32_t pend_alloc(struct wl_worker *w)
+{
+	for (uint32_t i = 0; i < w->pend_cap; i++)
+		if (!w->pend[i].in_use)
+			return i;
+	uint32_t cap = w->pend_cap ? w->pend_cap * 2 : 64;
+	struct wl_pending *p = realloc(w->pend, cap * sizeof(*p));
+	if (!p) {
+		wl_err("worker %d: out of memory for %u pending forwards", w->index, cap);
+		return NO_PENDING;
+	}
+	memset(p + w->pend_cap, 0, (cap - w->pend_cap) * sizeof(*p));
+	w->pend = p;
+	uint32_t slot = w->pend_cap;
+	w->pend_cap = cap;
+	return slot;
+}
+
+static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
+{
+	struct wl_worker *w = j->w;
+	struct wl_target t;
+	const char *why;
+	wl_fwd_target(&j->op, target, &t, &why); /* validated on receipt */
+	uint32_t slot = pend_alloc(w);
+	if (slot == NO_PENDING) {
+		j->pending[target] = NO_PENDING;
+		j->failed++; /* out of memory: the target counts as failed */
+		return;
+	}
+	struct wl_pending *p = &w->pend[slot];
+	*p = (struct wl_pending){.job = j, .gen = ++w->pend_gen, .target = (uint8_t)target,
+				 .attempt = (uint8_t)attempt, .in_use = true};
+	p->deadline_ns = wl_now_ns() + (uint64_t)j->op.fwd.timeout_us * 1000;
+	if (w->trace) {
+		wl_trace_new_id(p->span_id, 8);
+		p->start_rt_ns = wl_realtime_ns();
+	}
+	w->pend_inuse++;
+	j->pending[target] = slot;
+	j->npending++;
+	WL_COUNT(w, forwards, 1);
+	struct wl_conn *c = outbound(w, &t);
+	if (!c) {
+		p->failed = true; /* e.g. connection refused at once: settle as ERR in the sweep */
+		p->deadline_ns = 0;
+		return;
+	}
+	p->conn = c;
+	/* id = generation (high 32 bits) | slot: a late reply to a reused slot is ignored. */
+	struct wl_buf *b = &c->out;
+	size_t at = wl_put_hdr(b, WL_MSG_REQUEST, (uint64_t)p->gen << 32 | slot, j->trace_id,
+			       w->trace ? p->span_id : j->span_id);
+	wl_put_u32(b, t.reply_len);
+	wl_put_bytes(b, t.chain, t.chain_len);
+	wl_put_zeros(b, t.pad_len);
+	wl_finish_msg(b, at);
+	if (wl_enc_ok(b) < 0) { /* out of memory: fail this connection's forwards */
+		wl_err("worker %d: out of memory forwarding to %s", w->index, c->peer.text);
+		wl_conn_kill(c);
+		return;
+	}
+	if (c->peer.proto == WL_PROTO_UDP) {
+		/* UDP: one datagram per request, sent now; loss shows up as a timeout. */
+		if (send(c->fd, wl_buf_head(b), wl_buf_avail(b), 0) < 0 && errno != ECONNREFUSED)
+			wl_err("worker %d: udp forward to %s: %s", w->index, c->peer.text, strerror(errno));
+		b->off = b->len = 0;
+		return;
+	}
+	wl_conn_flush(c);
+}
+
+void wl_fwd_start(struct wl_job *j)
+{
+	j->ok = j->failed = j->timeouts = j->npending = 0;
+	for (unsigned i = 0; i < WL_MAX_TARGETS; i++)
+		j->pending[i] = NO_PENDING;
+	for (unsigned i = 0; i < j->op.fwd.ntargets; i++)
+		send_attempt(j, i, 0);
+}
+
+static void release(struct wl_worker *w, uint32_t slot)
+{
+	struct wl_pending *p = &w->pend[slot];
+	p->job->pending[p->target] = NO_PENDING;
+	p->job->npending--;
+	p->in_use = false;
+	w->pend_inuse--;
+}
+
+/* Decide the job once a target settles: quorum reached, quorum impossible, or wait. */
+static void settle(struct wl_job *j)
+{
+	struct wl_worker *w = j->w;
+	int n = j->op.fwd.ntargets, need = j->op.fwd.nack;
+	bool done = j->ok >= need, lost = j->failed > n - need;
+	if (!done && !lost)
+		return;
+	for (int i = 0; i < n; i++) /* late replies to these are dropped */
+		if (j->pending[i] != NO_PENDING)
+			release(w, j->pending[i]);
+	if (w->trace) {
+		uint8_t sid[8];
+		wl_trace_new_id(sid, 8);
+		wl_trace_span(w->trace, j->trace_id, sid, j->span_id, "FORWARD", j->op_start_rt_ns, wl_realtime_ns(),
+			      done ? 0 : 2, NULL);
+	}
+	if (done)
+		wl_job_resume(j);
+	else
+		wl_job_finish(j, j->timeouts ? WL_ST_TIMEOUT : WL_ST_ERR);
+}
+
+static void target_result(struct wl_worker *w, uint32_t slot, uint8_t status)
+{
+	struct wl_pending *p = &w->pend[slot];
+	struct wl_job *j = p->job;
+	unsigned target = p->target, attempt = p->attempt;
+	if (w->trace)
+		wl_trace_span(w->trace, j->trace_id, p->span_id, j->span_id, "forward-hop", p->start_rt_ns,
+			      wl_realtime_ns(), status, NULL);
+	release(w, slot);
+	if (status != WL_ST_OK && attempt < j->op.fwd.retries) {
+		WL_COUNT(w, fwd_retries, 1);
+		send_attempt(j, target, attempt + 1);
+		return;
+	}
+	if (status == WL_ST_OK) {
+		j->ok++;
+	} else {
+		j->failed++;
+		if (status == WL_ST_TIMEOUT)
+			j->timeouts++;
+		WL_COUNT(w, fwd_errors, status == WL_ST_TIMEOUT ? 0 : 1);
+	}
+	settle(j);
+}
+
+void wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len)
+{
+	struct wl_hdr hdr;
+	const char *why;
+	if (wl_decode_hdr(msg, len, &hdr, &why) < 0)
+		return;
+	uint32_t slot = (uint32_t)hdr.id, gen = (uint32_t)(hdr.id >> 32);
+	if (slot >= w->pend_cap || !w->pend[slot].in_use || w->pend[slot].gen != gen)
+		return; /* late: the quorum was settled without it */
+	target_result(w, slot, wl_reply_status(msg));
+}
+
+void wl_fwd_conn_failed(struct wl_conn *c)
+{
+	struct wl_worker *w = c->w;
+	for (size_t i = 0; i < w->nouts; i++) {
+		if (w->outs[i] == c) {
+			w->outs[i] = w->outs[--w->nouts];
+			break;
+		}
+	}
+	for (uint32_t s = 0; s < w->pend_cap; s++) {
+		if (w->pend[s].in_use && w->pend[s].conn == c) {
+			w->pend[s].failed = true;
+			w->pend[s].deadline_ns = 0;
+			w->pend[s].conn = NULL;
+		}
+	}
+}
+
+void wl_fwd_outbound_ready(struct wl_conn *c) { (void)c; /* wl_conn_flush follows in on_stream */ }
+
+void wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns)
+{
+	for (uint32_t s = 0; s < w->pend_cap; s++) {
+		struct wl_pending *p = &w->pend[s];
+		if (!p->in_use || p->deadline_ns > now_ns)
+			continue;
+		if (!p->failed)
+			WL_COUNT(w, fwd_timeouts, 1);
+		target_result(w, s, p->failed ? WL_ST_ERR : WL_ST_TIMEOUT);
+	}
+}
+
+int wl_fwd_timeout_ms(struct wl_worker *w, uint64_t now_ns)
+{
+	if (!w->pend_inuse)
+		return -1;
+	uint64_t first = UINT64_MAX;
+	for (uint32_t s = 0; s < w->pend_cap; s++)
+		if (w->pend[s].in_use && w->pend[s].deadline_ns < first)
+			first = w->pend[s].deadline_ns;
+	if (first <= now_ns)
+		return 0;
+	return (int)((first - now_ns + 999999) / 1000000);
+}

@@ -1,0 +1,390 @@
+/* wl-node: the workload server. Options, sockets per accept mode, worker
+ * threads, the storage thread, and signals (SIGINT/SIGTERM stop cleanly,
+ * SIGUSR1 prints live counters). */
+#include "node.h"
+#include "trace.h"
+#include "units.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+void *wl_worker_main(void *arg);
+
+static const char usage[] =
+	"usage: wl-node [options]\n"
+	"  -b, --bind-addr ADDR     [tcp://|udp://]host:port, repeatable (default tcp://0.0.0.0:7891)\n"
+	"      --nt N               worker threads (default 1)\n"
+	"  -c, --cpus LIST          pin worker i to the i-th cpu of LIST (e.g. 2-18)\n"
+	"      --sched POLICY       other:NICE | rr:PRIO | fifo:PRIO | deadline:RUNTIME,DEADLINE,PERIOD\n"
+	"      --am MODE            accept mode: child (default) | shared | parent\n"
+	"      --pm MODE            poll mode: epoll (default) | poll | select\n"
+	"      --backlog N          listen backlog (default 1024)\n"
+	"      --no-delay 0|1       TCP_NODELAY on accepted and forward sockets (default 1)\n"
+	"  -s, --storage PATH       storage file (default /tmp/wl-node.storage)\n"
+	"  -m, --max-storage-size B offsets wrap at this size (default 1g)\n"
+	"      --odirect            open the storage file with O_DIRECT\n"
+	"      --sync PERIOD        periodic fsync period for psync stores (default 100ms)\n"
+	"      --trace FILE         write OpenTelemetry JSON spans of every request\n"
+	"      --busy-poll          workers poll without sleeping (lower latency, a full core each)\n";
+
+static int parse_mode(const char *arg, const char *const *names, int n, const char *what)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(arg, names[i]))
+			return i;
+	return wl_err("%s: '%s' is not one of the accepted values (see --help)", what, arg);
+}
+
+static int parse_args(int argc, char **argv, struct wl_node_cfg *cfg)
+{
+	static const struct option opts[] = {
+		{"bind-addr", required_argument, 0, 'b'}, {"nt", required_argument, 0, 't'},
+		{"num-threads", required_argument, 0, 't'}, {"cpus", required_argument, 0, 'c'},
+		{"sched", required_argument, 0, 'P'}, {"am", required_argument, 0, 'A'},
+		{"accept-mode", required_argument, 0, 'A'}, {"pm", required_argument, 0, 'M'},
+		{"poll-mode", required_argument, 0, 'M'}, {"backlog", required_argument, 0, 'B'},
+		{"no-delay", required_argument, 0, 'N'}, {"storage", required_argument, 0, 's'},
+		{"max-storage-size", required_argument, 0, 'm'}, {"odirect", no_argument, 0, 'O'},
+		{"sync", required_argument, 0, 'S'}, {"trace", required_argument, 0, 'T'},
+		{"busy-poll", no_argument, 0, 'Y'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+	};
+	static const char *const am_names[] = {"child", "shared", "parent"};
+	static const char *const pm_names[] = {"epoll", "poll", "select"};
+	double v;
+	int o, mode;
+	while ((o = getopt_long(argc, argv, "b:c:s:m:h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'b':
+			if (cfg->nbinds == WL_MAX_BINDS)
+				return wl_err("--bind-addr: at most %d addresses", WL_MAX_BINDS);
+			if (wl_addr_parse(optarg, &cfg->binds[cfg->nbinds], "--bind-addr") < 0)
+				return -1;
+			cfg->nbinds++;
+			break;
+		case 't':
+			if (wl_parse_number(optarg, WL_UNIT_COUNT, &v, "--nt") < 0)
+				return -1;
+			if (v < 1 || v > 1024)
+				return wl_err("--nt: %s is not 1..1024", optarg);
+			cfg->nthreads = (int)v;
+			break;
+		case 'c':
+			if ((cfg->ncpus = wl_parse_cpulist(optarg, cfg->cpus, WL_MAX_CPUS)) < 0)
+				return -1;
+			break;
+		case 'P': cfg->sched = optarg; break;
+		case 'A':
+			if ((mode = parse_mode(optarg, am_names, 3, "--am")) < 0)
+				return -1;
+			cfg->accept_mode = (enum wl_accept_mode)mode;
+			break;
+		case 'M':
+			if ((mode = parse_mode(optarg, pm_names, 3, "--pm")) < 0)
+				return -1;
+			cfg->poll_mode = (enum wl_poll_mode)mode;
+			break;
+		case 'B':
+			if (wl_parse_number(optarg, WL_UNIT_COUNT, &v, "--backlog") < 0)
+				return -1;
+			cfg->backlog = (int)v;
+			break;
+		case 'N': cfg->nodelay = strcmp(optarg, "0") != 0; break;
+		case 's': cfg->storage_path = optarg; break;
+		case 'm':
+			if (wl_parse_number(optarg, WL_UNIT_BYTES, &v, "--max-storage-size") < 0)
+				return -1;
+			if (v < 4096)
+				return wl_err("--max-storage-size: %s is below 4k", optarg);
+			cfg->storage_max_bytes = (uint64_t)v;
+			break;
+		case 'O': cfg->odirect = true; break;
+		case 'S':
+			if (wl_parse_number(optarg, WL_UNIT_TIME, &v, "--sync") < 0)
+				return -1;
+			if (v <= 0)
+				return wl_err("--sync: the period must be above 0");
+			cfg->psync_period_ns = (uint64_t)(v * 1000.0);
+			break;
+		case 'T': cfg->trace_path = optarg; break;
+		case 'Y': cfg->busy_poll = true; break;
+		case 'h': fputs(usage, stdout); exit(0);
+		default: fputs(usage, stderr); return -1;
+		}
+	}
+	if (optind < argc)
+		return wl_err("unexpected argument '%s' (see --help)", argv[optind]);
+	if (cfg->nbinds == 0 && wl_addr_parse("tcp://0.0.0.0:7891", &cfg->binds[cfg->nbinds++], "default bind") < 0)
+		return -1;
+	return 0;
+}
+
+struct sched_attr_dl { /* the kernel's struct sched_attr; glibc has no wrapper */
+	uint32_t size, policy;
+	uint64_t flags;
+	int32_t nice;
+	uint32_t priority;
+	uint64_t runtime, deadline, period;
+};
+
+static int apply_sched(const char *spec)
+{
+	if (!spec)
+		return 0;
+	char policy[16];
+	double a = 0, b = 0, c = 0;
+	if (sscanf(spec, "%15[a-z]:%lf,%lf,%lf", policy, &a, &b, &c) < 2)
+		return wl_err("--sched '%s': expected POLICY:VALUE[,..]", spec);
+	if (!strcmp(policy, "other")) {
+		if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), (int)a) < 0)
+			return wl_err("--sched %s: setpriority: %s", spec, strerror(errno));
+		return 0;
+	}
+	if (!strcmp(policy, "rr") || !strcmp(policy, "fifo")) {
+		struct sched_param sp = {.sched_priority = (int)a};
+		int rc = pthread_setschedparam(pthread_self(), policy[0] == 'r' ? SCHED_RR : SCHED_FIFO, &sp);
+		if (rc != 0)
+			return wl_err("--sched %s: %s (needs CAP_SYS_NICE)", spec, strerror(rc));
+		return 0;
+	}
+	if (!strcmp(policy, "deadline")) { /* microseconds, like every time here */
+		struct sched_attr_dl at = {.size = sizeof(at), .policy = 6 /* SCHED_DEADLINE */,
+					   .runtime = (uint64_t)(a * 1000), .deadline = (uint64_t)(b * 1000),
+					   .period = (uint64_t)(c * 1000)};
+		if (syscall(SYS_sched_setattr, 0, &at, 0) < 0)
+			return wl_err("--sched %s: sched_setattr: %s", spec, strerror(errno));
+		return 0;
+	}
+	return wl_err("--sched '%s': policy must be other, rr, fifo or deadline", spec);
+}
+
+static void *worker_thread(void *arg)
+{
+	struct wl_worker *w = arg;
+	const struct wl_node_cfg *cfg = &w->node->cfg;
+	char who[32];
+	snprintf(who, sizeof(who), "worker %d", w->index);
+	if (cfg->ncpus && wl_pin_thread(cfg->cpus[w->index % cfg->ncpus], who) < 0)
+		return NULL;
+	if (apply_sched(cfg->sched) < 0)
+		return NULL;
+	return wl_worker_main(w);
+}
+
+static void print_stats(struct wl_node *node, const char *when)
+{
+	struct wl_counters t = {0};
+	for (int i = 0; i < node->cfg.nthreads; i++) {
+		uint64_t *dst = (uint64_t *)&t, *src = (uint64_t *)&node->workers[i].ctr;
+		for (size_t k = 0; k < sizeof(t) / sizeof(uint64_t); k++)
+			dst[k] += __atomic_load_n(&src[k], __ATOMIC_RELAXED);
+	}
+	wl_storage_counters(node->storage, &t.fsyncs, &t.storage_errors);
+	fprintf(stderr,
+		"wl-node: %s requests=%" PRIu64 " replies=%" PRIu64 " malformed=%" PRIu64 " truncated=%" PRIu64
+		" oversized=%" PRIu64 " accepted=%" PRIu64 " closed=%" PRIu64 " forwards=%" PRIu64
+		" fwd_timeouts=%" PRIu64 " fwd_errors=%" PRIu64 " fwd_retries=%" PRIu64 " loads=%" PRIu64
+		" stores=%" PRIu64 " fsyncs=%" PRIu64 " storage_errors=%" PRIu64 " bytes_in=%" PRIu64
+		" bytes_out=%" PRIu64 "\n",
+		when, t.requests, t.replies, t.malformed, t.truncated, t.oversized, t.accepted, t.closed, t.forwards,
+		t.fwd_timeouts, t.fwd_errors, t.fwd_retries, t.loads, t.stores, t.fsyncs, t.storage_errors, t.bytes_in,
+		t.bytes_out);
+}
+
+/* Port 0 means "any free port": bind once, then reuse the chosen port for the
+ * other sockets of the same address (child mode binds one per worker). */
+static int open_socket(struct wl_addr *a, int backlog, bool reuseport)
+{
+	int fd = wl_listen(a, backlog, reuseport);
+	if (fd >= 0 && wl_addr_port(a) == 0) {
+		a->salen = sizeof(a->sa);
+		if (getsockname(fd, (struct sockaddr *)&a->sa, &a->salen) < 0) {
+			close(fd);
+			return wl_err("getsockname on %s: %s", a->text, strerror(errno));
+		}
+	}
+	return fd;
+}
+
+static int setup_worker(struct wl_node *node, int i)
+{
+	struct wl_worker *w = &node->workers[i];
+	w->index = i;
+	w->node = node;
+	pthread_mutex_init(&w->lock, NULL);
+	if (wl_poller_init(&w->poller, node->cfg.poll_mode) < 0)
+		return -1;
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (efd < 0)
+		return wl_err("worker %d: eventfd: %s", i, strerror(errno));
+	w->wake = (struct wl_conn){.kind = WL_CONN_WAKE, .fd = efd, .w = w};
+	if (wl_poller_add(&w->poller, efd, WL_EV_IN, &w->wake, false) < 0)
+		return -1;
+	for (int b = 0; b < node->cfg.nbinds; b++) {
+		struct wl_addr *a = &node->cfg.binds[b];
+		bool udp = a->proto == WL_PROTO_UDP;
+		int fd;
+		if (node->cfg.accept_mode == WL_AM_CHILD) {
+			if ((fd = open_socket(a, node->cfg.backlog, true)) < 0)
+				return -1;
+		} else if (node->cfg.accept_mode == WL_AM_PARENT && !udp) {
+			continue; /* the acceptor thread owns TCP listeners */
+		} else {
+			fd = node->listen_fds[b];
+		}
+		if (!wl_conn_new(w, udp ? WL_CONN_UDP : WL_CONN_LISTEN, fd, WL_EV_IN))
+			return -1;
+	}
+	return 0;
+}
+
+/* Parent accept mode: one thread accepts and deals connections round-robin. */
+static void *acceptor_thread(void *arg)
+{
+	struct wl_node *node = arg;
+	struct pollfd pf[WL_MAX_BINDS];
+	int n = 0, next = 0;
+	for (int b = 0; b < node->cfg.nbinds; b++)
+		if (node->cfg.binds[b].proto == WL_PROTO_TCP)
+			pf[n++] = (struct pollfd){.fd = node->listen_fds[b], .events = POLLIN};
+	while (!__atomic_load_n(&node->stop, __ATOMIC_RELAXED)) {
+		if (poll(pf, (nfds_t)n, 100) < 0 && errno != EINTR) {
+			wl_err("acceptor: poll: %s", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			if (!(pf[i].revents & POLLIN))
+				continue;
+			int fd = accept4(pf[i].fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+			if (fd < 0)
+				continue;
+			if (node->cfg.nodelay && wl_set_nodelay(fd) < 0) {
+				close(fd);
+				continue;
+			}
+			struct wl_worker *w = &node->workers[next++ % node->cfg.nthreads];
+			pthread_mutex_lock(&w->lock);
+			if (w->nhandoff == w->handoff_cap) {
+				size_t cap = w->handoff_cap ? w->handoff_cap * 2 : 16;
+				int *h = realloc(w->handoff, cap * sizeof(*h));
+				if (!h) {
+					pthread_mutex_unlock(&w->lock);
+					close(fd);
+					continue;
+				}
+				w->handoff = h;
+				w->handoff_cap = cap;
+			}
+			w->handoff[w->nhandoff++] = fd;
+			pthread_mutex_unlock(&w->lock);
+			if (write(w->wake.fd, &(uint64_t){1}, 8) < 0)
+				wl_err("acceptor: wake worker %d: %s", w->index, strerror(errno));
+		}
+	}
+	return NULL;
+}
+
+static int open_shared_sockets(struct wl_node *node)
+{
+	for (int b = 0; b < node->cfg.nbinds; b++) {
+		node->listen_fds[b] = -1;
+		if (node->cfg.accept_mode == WL_AM_CHILD)
+			continue;
+		if ((node->listen_fds[b] = open_socket(&node->cfg.binds[b], node->cfg.backlog, false)) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static void announce(const struct wl_node *node)
+{
+	static const char *const am[] = {"child", "shared", "parent"};
+	for (int b = 0; b < node->cfg.nbinds; b++) {
+		const struct wl_addr *a = &node->cfg.binds[b];
+		char host[64] = "?";
+		const void *raw = a->sa.ss_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)&a->sa)->sin6_addr
+							      : (const void *)&((const struct sockaddr_in *)&a->sa)->sin_addr;
+		inet_ntop(a->sa.ss_family, raw, host, sizeof(host));
+		fprintf(stderr, "wl-node: listening on %s://%s:%u (%d workers, accept mode %s)\n",
+			a->proto == WL_PROTO_UDP ? "udp" : "tcp", host, wl_addr_port(a), node->cfg.nthreads,
+			am[node->cfg.accept_mode]);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static struct wl_node node = {.cfg = {.nthreads = 1, .backlog = 1024, .nodelay = true,
+					      .storage_path = "/tmp/wl-node.storage",
+					      .storage_max_bytes = 1ull << 30, .psync_period_ns = 100000000}};
+	wl_set_progname("wl-node");
+	if (parse_args(argc, argv, &node.cfg) < 0)
+		return 2;
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGUSR1);
+	signal(SIGPIPE, SIG_IGN);
+	/* Block before any thread exists so that only sigwait below sees them. */
+	if (pthread_sigmask(SIG_BLOCK, &sigs, NULL) != 0)
+		return wl_err("pthread_sigmask failed"), 1;
+	struct wl_trace *trace = NULL;
+	if (node.cfg.trace_path && !(trace = wl_trace_open(node.cfg.trace_path, "wl-node")))
+		return 1;
+	node.workers = calloc((size_t)node.cfg.nthreads, sizeof(*node.workers));
+	if (!node.workers)
+		return wl_err("out of memory for %d workers", node.cfg.nthreads), 1;
+	wl_compute_calibrate();
+	if (open_shared_sockets(&node) < 0 || wl_storage_open(&node) < 0)
+		return 1;
+	for (int i = 0; i < node.cfg.nthreads; i++) {
+		node.workers[i].trace = trace;
+		if (setup_worker(&node, i) < 0)
+			return 1;
+	}
+	for (int i = 0; i < node.cfg.nthreads; i++) {
+		int rc = pthread_create(&node.workers[i].thread, NULL, worker_thread, &node.workers[i]);
+		if (rc != 0)
+			return wl_err("pthread_create worker %d: %s", i, strerror(rc)), 1;
+	}
+	pthread_t acceptor;
+	bool has_acceptor = node.cfg.accept_mode == WL_AM_PARENT;
+	if (has_acceptor && pthread_create(&acceptor, NULL, acceptor_thread, &node) != 0)
+		return wl_err("pthread_create acceptor failed"), 1;
+	announce(&node);
+	for (;;) {
+		int sig;
+		if (sigwait(&sigs, &sig) != 0)
+			continue;
+		if (sig == SIGUSR1) {
+			print_stats(&node, "stats");
+			continue;
+		}
+		break;
+	}
+	__atomic_store_n(&node.stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < node.cfg.nthreads; i++)
+		if (write(node.workers[i].wake.fd, &(uint64_t){1}, 8) < 0)
+			wl_err("wake worker %d: %s", i, strerror(errno));
+	for (int i = 0; i < node.cfg.nthreads; i++)
+		pthread_join(node.workers[i].thread, NULL);
+	if (has_acceptor)
+		pthread_join(acceptor, NULL);
+	print_stats(&node, "final");
+	wl_storage_close(node.storage);
+	node.storage = NULL;
+	wl_trace_close(trace);
+	return 0;
+}

@@ -1,0 +1,24 @@
+/* pacing: when each request is due. Open loop: send times follow the rate
+ * or period schedule regardless of replies, so a slow node cannot slow the
+ * offered load down and hide its own latency (coordinated omission). With a
+ * rate ramp, step k lasts --rss and its first request is due exactly at the
+ * step's start, so each step offers rate_k * rss requests. */
+#pragma once
+#include "dist.h"
+
+enum wl_pace_mode { WL_PACE_CLOSED, WL_PACE_PERIOD, WL_PACE_RATE };
+
+struct wl_pace {
+	enum wl_pace_mode mode;
+	struct wl_value *value; /* period (us) or rate (req/s) */
+	uint64_t step_ns;       /* rate step duration (--rss) */
+	uint64_t next_ns, step_start_ns, step_end_ns, step, in_step; /* in_step: index within the step */
+	double rate;
+	bool started, spin;
+};
+
+void wl_pace_init(struct wl_pace *p, enum wl_pace_mode mode, struct wl_value *value, uint64_t step_ns, bool spin);
+/* Absolute CLOCK_MONOTONIC time the next request is due (closed loop: now). */
+uint64_t wl_pace_next(struct wl_pace *p, uint64_t start_ns, struct wl_rng *rng);
+/* Sleep until t with an absolute clock_nanosleep, or spin when p->spin. */
+void wl_sleep_until(uint64_t t_ns, bool spin);

@@ -1,0 +1,208 @@
+/* storage: one thread does all LOAD/STORE I/O on the node's storage file, so
+ * workers never block on disk and large transfers are serialized. Offsets
+ * wrap at the configured maximum file size; O_DIRECT transfers are widened
+ * to whole aligned blocks; psync stores are flushed by a periodic fsync. */
+#include "node.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DIRECT_ALIGN 4096u
+
+struct wl_storage {
+	struct wl_node *node;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct wl_job *head, *tail;
+	bool stop, dirty, started;
+	int fd;
+	uint8_t *buf;
+	size_t buf_cap;
+	uint64_t fsyncs, errors;
+};
+
+static int ensure_buf(struct wl_storage *st, size_t n)
+{
+	if (n <= st->buf_cap)
+		return 0;
+	void *p;
+	int rc = posix_memalign(&p, DIRECT_ALIGN, n);
+	if (rc != 0)
+		return wl_err("storage: cannot allocate a %zu-byte aligned buffer: %s", n, strerror(rc));
+	memset(p, 0xa5, n); /* stored bytes are a fixed pattern; content does not matter */
+	free(st->buf);
+	st->buf = p;
+	st->buf_cap = n;
+	return 0;
+}
+
+static int do_fsync(struct wl_storage *st)
+{
+	if (fsync(st->fd) < 0)
+		return wl_err("storage: fsync %s: %s", st->node->cfg.storage_path, strerror(errno));
+	__atomic_fetch_add(&st->fsyncs, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+static int do_io(struct wl_storage *st, const struct wl_op *op)
+{
+	const struct wl_node_cfg *cfg = &st->node->cfg;
+	uint64_t max = cfg->storage_max_bytes, off = op->io.offset % max;
+	size_t len = op->io.bytes;
+	if (len > max)
+		return wl_err("storage: %zu-byte transfer exceeds --max-storage-size %llu", len, (unsigned long long)max);
+	if (off + len > max)
+		off = 0; /* the transfer would cross the end: wrap to the start, like a ring */
+	if (cfg->odirect) {
+		uint64_t start = off & ~(uint64_t)(DIRECT_ALIGN - 1);
+		len = (size_t)((off + len - start + DIRECT_ALIGN - 1) & ~(uint64_t)(DIRECT_ALIGN - 1));
+		off = start;
+	}
+	if (ensure_buf(st, len ? len : 1) < 0)
+		return -1;
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n = op->kind == WL_OP_STORE ? pwrite(st->fd, st->buf + done, len - done, (off_t)(off + done))
+						   : pread(st->fd, st->buf + done, len - done, (off_t)(off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return wl_err("storage: %s %zu bytes at %llu of %s: %s", op->kind == WL_OP_STORE ? "pwrite" : "pread",
+				      len - done, (unsigned long long)(off + done), cfg->storage_path, strerror(errno));
+		if (n == 0) /* reading past the written part of a sparse file: reads as zeros */
+			break;
+		done += (size_t)n;
+	}
+	if (op->kind == WL_OP_STORE) {
+		if (op->flags == WL_SYNC_EACH)
+			return do_fsync(st);
+		if (op->flags == WL_SYNC_PERIODIC)
+			st->dirty = true;
+	}
+	return 0;
+}
+
+static void *storage_main(void *arg)
+{
+	struct wl_storage *st = arg;
+	uint64_t period = st->node->cfg.psync_period_ns, next_sync = wl_now_ns() + period;
+	pthread_mutex_lock(&st->lock);
+	while (!st->stop) {
+		if (!st->head) {
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			uint64_t now = wl_now_ns(), wait = next_sync > now ? next_sync - now : 0;
+			uint64_t ns = (uint64_t)ts.tv_nsec + wait;
+			ts.tv_sec += (time_t)(ns / 1000000000u);
+			ts.tv_nsec = (long)(ns % 1000000000u);
+			pthread_cond_timedwait(&st->cond, &st->lock, &ts);
+		}
+		struct wl_job *j = st->head;
+		if (j) {
+			st->head = j->next;
+			if (!st->head)
+				st->tail = NULL;
+		}
+		pthread_mutex_unlock(&st->lock);
+		if (j) {
+			j->storage_rc = do_io(st, &j->op);
+			WL_COUNT(j->w, loads, j->op.kind == WL_OP_LOAD);
+			WL_COUNT(j->w, stores, j->op.kind == WL_OP_STORE);
+			if (j->storage_rc < 0)
+				__atomic_fetch_add(&st->errors, 1, __ATOMIC_RELAXED);
+			wl_worker_post_done(j->w, j);
+		}
+		if (wl_now_ns() >= next_sync) {
+			if (st->dirty && do_fsync(st) == 0)
+				st->dirty = false;
+			next_sync = wl_now_ns() + period;
+		}
+		pthread_mutex_lock(&st->lock);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return NULL;
+}
+
+int wl_storage_open(struct wl_node *node)
+{
+	struct wl_storage *st = calloc(1, sizeof(*st));
+	if (!st)
+		return wl_err("storage: out of memory");
+	st->node = node;
+	int flags = O_RDWR | O_CREAT | O_CLOEXEC | (node->cfg.odirect ? O_DIRECT : 0);
+	st->fd = open(node->cfg.storage_path, flags, 0644);
+	if (st->fd < 0) {
+		wl_err("storage: open %s%s: %s", node->cfg.storage_path, node->cfg.odirect ? " (O_DIRECT)" : "",
+		       strerror(errno));
+		free(st);
+		return -1;
+	}
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&st->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	int rc = pthread_create(&st->thread, NULL, storage_main, st);
+	if (rc != 0) {
+		close(st->fd);
+		free(st);
+		return wl_err("storage: pthread_create: %s", strerror(rc));
+	}
+	st->started = true;
+	node->storage = st;
+	return 0;
+}
+
+void wl_storage_submit(struct wl_storage *st, struct wl_job *job)
+{
+	if (!st) { /* no storage configured */
+		job->storage_rc = -1;
+		wl_worker_post_done(job->w, job);
+		return;
+	}
+	pthread_mutex_lock(&st->lock);
+	job->next = NULL;
+	if (st->tail)
+		st->tail->next = job;
+	else
+		st->head = job;
+	st->tail = job;
+	pthread_cond_signal(&st->cond);
+	pthread_mutex_unlock(&st->lock);
+}
+
+void wl_storage_counters(struct wl_storage *st, uint64_t *fsyncs, uint64_t *errors)
+{
+	*fsyncs = st ? __atomic_load_n(&st->fsyncs, __ATOMIC_RELAXED) : 0;
+	*errors = st ? __atomic_load_n(&st->errors, __ATOMIC_RELAXED) : 0;
+}
+
+void wl_storage_close(struct wl_storage *st)
+{
+	if (!st)
+		return;
+	pthread_mutex_lock(&st->lock);
+	st->stop = true;
+	pthread_cond_signal(&st->cond);
+	pthread_mutex_unlock(&st->lock);
+	pthread_join(st->thread, NULL);
+	if (st->dirty && fsync(st->fd) < 0)
+		wl_err("storage: final fsync: %s", strerror(errno));
+	if (close(st->fd) < 0)
+		wl_err("storage: close: %s", strerror(errno));
+	/* Jobs still queued belong to workers that have stopped; free them. */
+	while (st->head) {
+		struct wl_job *j = st->head;
+		st->head = j->next;
+		free(j->msg);
+		free(j);
+	}
+	free(st->buf);
+	free(st);
+}
