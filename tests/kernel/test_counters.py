@@ -1,9 +1,12 @@
 """eBPF per-destination counters against real traffic on this host's kernel.
 
 The truth for a TCP transfer is what the receiver got: N bytes of payload,
-verified intact, carried in full-MSS segments that each pay their own
-Ethernet+IP+TCP headers and 24 bytes of preamble, frame check and gap.  The
-veth's own tx counters (skb bytes and skbs) are a second, independent check.
+verified intact.  Without GSO every frame reaches the receiver's veth as its
+own skb, so its rx counters are the wire exactly (plus 24 bytes of preamble,
+frame check and gap per frame).  With GSO the veth passes super-packets whole,
+so the truth is the model: full-MSS segments that each pay their own
+Ethernet+IP+TCP headers and overhead.  The sender veth's tx counters (skb
+bytes and skbs) are a second, independent check in both cases.
 """
 
 import hashlib
@@ -72,13 +75,21 @@ def pattern_sha(n: int) -> str:
     return hashlib.sha256((bytes(range(251)) * (n // 251 + 1))[:n]).hexdigest()
 
 
-def transfer(pair, amounts: dict[str, int]) -> dict[str, int]:
-    """Send amounts[ip] bytes to each ip over TCP; returns the MSS per ip."""
+def transfer(pair, amounts: dict[str, int]) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+    """Send amounts[ip] bytes to each ip over TCP, one destination at a time;
+    returns the MSS per ip and what the receiver's veth got per ip (bytes,
+    skbs), read between the transfers."""
     recv = subprocess.Popen(["ip", "netns", "exec", pair.dst_ns, sys.executable, "-c", RECEIVER,
                              str(len(amounts)), str(PORT)], stdout=subprocess.PIPE, text=True)
+    mss, received = {}, {}
     try:
         assert recv.stdout.readline().strip() == "ready"
-        sent = sh(sys.executable, "-c", SENDER, json.dumps(amounts), str(PORT), ns=pair.src_ns, timeout=120)
+        for ip, n in amounts.items():
+            before = rx_stats(pair.dst_ns, pair.dst_if)
+            sent = sh(sys.executable, "-c", SENDER, json.dumps({ip: n}), str(PORT), ns=pair.src_ns, timeout=120)
+            after = rx_stats(pair.dst_ns, pair.dst_if)
+            mss.update(json.loads(sent.stdout))
+            received[ip] = (after[0] - before[0], after[1] - before[1])
         out, _ = recv.communicate(timeout=60)
     finally:
         if recv.poll() is None:
@@ -87,7 +98,7 @@ def transfer(pair, amounts: dict[str, int]) -> dict[str, int]:
     got = json.loads(out)
     for ip, n in amounts.items():
         assert got[ip] == [n, pattern_sha(n)], f"{ip}: receiver got {got[ip][0]} of {n} bytes or bad data"
-    return json.loads(sent.stdout)
+    return mss, received
 
 
 def expected_wire_bytes(n: int, mss: int) -> int:
@@ -97,9 +108,17 @@ def expected_wire_bytes(n: int, mss: int) -> int:
     return n + math.ceil(n / mss) * (header + OVERHEAD) + 4 * (header + OVERHEAD)
 
 
-def tx_stats(ns: str, ifname: str) -> tuple[int, int]:
+def link_stats(ns: str, ifname: str, direction: str) -> tuple[int, int]:
     link = json.loads(sh("ip", "-j", "-s", "link", "show", "dev", ifname, ns=ns).stdout)[0]
-    return link["stats64"]["tx"]["bytes"], link["stats64"]["tx"]["packets"]
+    return link["stats64"][direction]["bytes"], link["stats64"][direction]["packets"]
+
+
+def tx_stats(ns: str, ifname: str) -> tuple[int, int]:
+    return link_stats(ns, ifname, "tx")
+
+
+def rx_stats(ns: str, ifname: str) -> tuple[int, int]:
+    return link_stats(ns, ifname, "rx")
 
 
 def set_gso(pair, on: bool) -> None:
@@ -117,22 +136,33 @@ def counted_transfer(pair, gso: bool):
     amounts = dict(zip(pair.dst_ips, AMOUNTS))
     with Counters(pair.src_if, pair.src_ns) as c:
         base, base_other, tx0 = c.read(), c.read_other(), tx_stats(pair.src_ns, pair.src_if)
-        mss = transfer(pair, amounts)
+        mss, received = transfer(pair, amounts)
         after, other, tx1 = c.read(), c.read_other(), tx_stats(pair.src_ns, pair.src_if)
     zero = DestCounter(0, 0, 0)
     delta = {ip: DestCounter(*(a - b for a, b in zip(v, base.get(ip, zero)))) for ip, v in after.items()}
     other = DestCounter(*(a - b for a, b in zip(other, base_other)))
-    return amounts, delta, other, (tx1[0] - tx0[0], tx1[1] - tx0[1]), mss
+    return amounts, delta, other, (tx1[0] - tx0[0], tx1[1] - tx0[1]), mss, received
 
 
 @pytest.mark.parametrize("gso", [True, False], ids=["gso-on", "gso-off"])
 def test_wire_bytes_match_what_the_receiver_got(make_netns_pair, gso):
     pair = make_netns_pair(n_dst=3, mtu=MTU)
-    amounts, delta, other, (tx_bytes, tx_skbs), mss = counted_transfer(pair, gso)
+    amounts, delta, other, (tx_bytes, tx_skbs), mss, received = counted_transfer(pair, gso)
     for ip, n in amounts.items():
-        want = expected_wire_bytes(n, mss[ip])
-        assert delta[ip].wire_bytes == pytest.approx(want, rel=0.01), ip
-        assert delta[ip].packets == pytest.approx(math.ceil(n / mss[ip]) + 4, rel=0.01), ip
+        if gso:
+            # The veth passes super-packets through whole, so the receiver's
+            # skb count is not the wire's; GSO segments are full-MSS by
+            # construction, which the model below assumes.
+            want_wire = expected_wire_bytes(n, mss[ip])
+            want_packets = math.ceil(n / mss[ip]) + 4
+        else:
+            # One segment per skb: the receiving veth saw exactly the wire's
+            # frames (TCP may cut segments below the MSS here, so no model).
+            rx_bytes, want_packets = received[ip]
+            want_wire = rx_bytes + want_packets * OVERHEAD
+            assert delta[ip].bytes == pytest.approx(rx_bytes, rel=0.01), ip
+        assert delta[ip].wire_bytes == pytest.approx(want_wire, rel=0.01), ip
+        assert delta[ip].packets == pytest.approx(want_packets, rel=0.01), ip
     # Every skb the veth sent went through the program exactly once.
     counted_bytes = sum(v.bytes for v in delta.values()) + other.bytes
     assert counted_bytes == pytest.approx(tx_bytes, rel=0.001)
@@ -143,15 +173,6 @@ def test_wire_bytes_match_what_the_receiver_got(make_netns_pair, gso):
         assert tx_skbs < counted_packets / 4
     else:
         assert counted_packets == tx_skbs
-
-
-def test_gso_on_and_off_count_the_same_wire_bytes(make_netns_pair):
-    pair = make_netns_pair(n_dst=3, mtu=MTU)
-    _, on, _, _, _ = counted_transfer(pair, gso=True)
-    _, off, _, _, _ = counted_transfer(pair, gso=False)
-    for ip in pair.dst_ips:
-        assert on[ip].wire_bytes == pytest.approx(off[ip].wire_bytes, rel=0.01), ip
-        assert on[ip].packets == pytest.approx(off[ip].packets, rel=0.01), ip
 
 
 def udp_burst(pair, dsts: list[str], payload: int) -> None:
