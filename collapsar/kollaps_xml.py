@@ -25,7 +25,7 @@ from xml.parsers import expat
 from . import parse_common as pc
 from .errors import Problem, TopologyError, Where
 from .model import Experiment
-from .parse_common import Report
+from .parse_common import Report, read_input
 from .parser import parse_tree
 from .yamlout import to_yaml
 from .yamlsrc import Node
@@ -62,12 +62,7 @@ class _Tree:
 
 
 def parse_xml_file(path: str | os.PathLike) -> Experiment:
-    source = os.fspath(path)
-    try:
-        with open(source, "rb") as handle:
-            data = handle.read()
-    except OSError as error:
-        raise TopologyError([Problem(None, f"{source}: cannot read: {error.strerror}")])
+    source, data = read_input(path)
     return parse_xml_text(data, source)
 
 

@@ -109,6 +109,16 @@ def name(report: Report, node: Node, label: str) -> str | None:
     return value
 
 
+def read_input(path: str | os.PathLike) -> tuple[str, bytes]:
+    """The file's name as given and its bytes; an unreadable file is a TopologyError."""
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as handle:
+            return source, handle.read()
+    except OSError as error:
+        raise TopologyError([Problem(None, f"{source}: cannot read: {error.strerror}")])
+
+
 def default_name(source: str) -> str:
     """An experiment's name when the file gives none: its file name, made DNS-safe."""
     if source.startswith("<"):

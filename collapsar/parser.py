@@ -18,7 +18,7 @@ import shlex
 from . import parse_common as pc
 from .errors import Problem, TopologyError, Where
 from .model import DEFAULT_PERIOD_US, Bridge, Experiment, Service, Settings, instance_name
-from .parse_common import Report
+from .parse_common import Report, read_input
 from .parse_events import parse_events
 from .parse_links import parse_links
 from .presence import Elements, resolve
@@ -34,12 +34,7 @@ _INSTANCE = re.compile(r"^(.+)-([0-9]+)$")
 
 def parse_file(path: str | os.PathLike) -> Experiment:
     """Read and parse one experiment file; the file name is kept as given."""
-    source = os.fspath(path)
-    try:
-        with open(source, "rb") as handle:
-            data = handle.read()
-    except OSError as error:
-        raise TopologyError([Problem(None, f"{source}: cannot read: {error.strerror}")])
+    source, data = read_input(path)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:

@@ -6,13 +6,15 @@ import pytest
 from collapsar.errors import CollapsarError
 from collapsar.manager.core import EmulationCore, needs_netem
 
-from test_manager_fakes import FakeShaping, FakeTree, path
+from test_manager_fakes import FakeTree, path
+
+from collapsar.tcal.plan import Shaping
 
 IPS = {"a": "10.77.0.2", "b": "10.77.0.3", "c": "10.77.0.4"}
 
 
 def make_core(netem=False) -> EmulationCore:
-    return EmulationCore("a", "eth0", "ns-a", IPS, FakeTree, FakeShaping, netem=netem, wire_overhead=True)
+    return EmulationCore("a", "eth0", "ns-a", IPS, FakeTree, Shaping, netem=netem, wire_overhead=True)
 
 
 def test_install_sets_up_reachable_and_cuts_unreachable_destinations():
@@ -20,7 +22,7 @@ def test_install_sets_up_reachable_and_cuts_unreachable_destinations():
     core.install({"a": None, "b": path("a", "b", rate_bps=10_000_000), "c": None})
     tree = core.tree
     assert tree.calls == [("setup", ("10.77.0.3", "10.77.0.4")), ("cut", "10.77.0.4")]
-    assert tree.shapings["10.77.0.3"] == FakeShaping("10.77.0.3", 10_000_000)
+    assert tree.shapings["10.77.0.3"] == Shaping("10.77.0.3", 10_000_000)
     assert tree.netns == "ns-a" and tree.ifname == "eth0"
     assert core.configured() == {"b": path("a", "b", rate_bps=10_000_000), "c": None}
 

@@ -5,12 +5,14 @@ manager bug shows up as a failure here rather than in the kernel tier."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import pytest
 
 from collapsar.errors import CollapsarError
 from collapsar.model import Path
+from collapsar.tcal.plan import Shaping
 
 
 def path(src: str, dst: str, delay_us: int = 0, rate_bps: int | None = 10_000_000,
@@ -69,16 +71,6 @@ def timeline_of(states: list[tuple[int, tuple, FakeState]]) -> FakeTimeline:
     return FakeTimeline(steps)
 
 
-@dataclass(frozen=True)
-class FakeShaping:
-    dst_ip: str
-    rate_bps: int | None
-    delay_us: int = 0
-    jitter_us: int = 0
-    distribution: str = "normal"
-    loss_ratio: float = 0.0
-
-
 class FakeTree:
     """Records every call; rejects what the real TcTree rejects."""
 
@@ -87,13 +79,13 @@ class FakeTree:
     def __init__(self, ifname: str, netns: str | None = None, wire_overhead: bool = True,
                  netem: bool = True):
         self.ifname, self.netns, self.netem = ifname, netns, netem
-        self.shapings: dict[str, FakeShaping] = {}
+        self.shapings: dict[str, Shaping] = {}
         self.cut_ips: set[str] = set()
         self.calls: list[tuple] = []
         self.is_setup = False
         FakeTree.made.append(self)
 
-    def _check_netem(self, shaping: FakeShaping) -> None:
+    def _check_netem(self, shaping: Shaping) -> None:
         if not self.netem and (shaping.delay_us or shaping.jitter_us or shaping.loss_ratio):
             raise CollapsarError(f"destination {shaping.dst_ip}: needs netem")
 
@@ -120,7 +112,7 @@ class FakeTree:
     def change_many(self, changes):
         for ip, fields in changes.items():
             self._need(ip)
-            new = FakeShaping(**{**self.shapings[ip].__dict__, **fields})
+            new = dataclasses.replace(self.shapings[ip], **fields)
             self._check_netem(new)
             self.shapings[ip] = new
         self.calls.append(("change_many", {ip: dict(f) for ip, f in changes.items()}))
@@ -149,7 +141,7 @@ class FakeTree:
 
 def test_fake_tree_rejects_unknown_destination_like_the_real_one():
     tree = FakeTree("eth0", netem=False)
-    tree.setup([FakeShaping("10.0.0.2", 1000)])
+    tree.setup([Shaping("10.0.0.2", 1000)])
     with pytest.raises(CollapsarError, match="10.0.0.9: not in the tree"):
         tree.cut("10.0.0.9")
     with pytest.raises(CollapsarError, match="needs netem"):
