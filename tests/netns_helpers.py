@@ -13,6 +13,8 @@ import os
 import subprocess
 from dataclasses import dataclass
 
+import pytest
+
 _counter = itertools.count()
 
 
@@ -59,3 +61,12 @@ class NetnsFactory:
     def cleanup(self) -> None:
         while self.made:
             sh("ip", "netns", "del", self.made.pop(), check=False)
+
+
+@pytest.fixture
+def make_netns_pair():
+    """A factory fixture: `make_netns_pair(n_dst=3)`; everything it made is
+    deleted after the test.  Root tiers import it into their conftest."""
+    factory = NetnsFactory()
+    yield factory.make
+    factory.cleanup()

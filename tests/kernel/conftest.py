@@ -9,20 +9,13 @@ import os
 
 import pytest
 
-from netns_helpers import NetnsFactory, NetnsPair
+from netns_helpers import NetnsPair, make_netns_pair  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _need_root():
     if os.geteuid() != 0:
         pytest.fail("tests/kernel needs root (CAP_NET_ADMIN); run as root or set COLLAPSAR_SKIP_KERNEL=1")
-
-
-@pytest.fixture
-def make_netns_pair():
-    factory = NetnsFactory()
-    yield factory.make
-    factory.cleanup()
 
 
 @pytest.fixture

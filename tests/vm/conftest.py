@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from collapsar.vm import HOST_RELEASE_VAR, IN_VM_VAR
-from netns_helpers import NetnsFactory, NetnsPair, sh
+from netns_helpers import NetnsPair, make_netns_pair, sh  # noqa: F401 (a fixture)
 
 RUNNER = "test_vm_tier.py"
 
@@ -45,13 +45,6 @@ def pytest_ignore_collect(collection_path, config):
 def _need_root_in_vm():
     if in_vm() and os.geteuid() != 0:
         pytest.fail("tests/vm needs root inside the VM (virtme-ng runs the guest command as root by default)")
-
-
-@pytest.fixture
-def make_netns_pair():
-    factory = NetnsFactory()
-    yield factory.make
-    factory.cleanup()
 
 
 @pytest.fixture
