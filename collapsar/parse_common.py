@@ -79,6 +79,16 @@ def mapping(report: Report, node: Node | None, label: str) -> dict[str, Node] | 
     return node.value
 
 
+def section_list(report: Report, node: Node | None, label: str, example: str) -> list[Node]:
+    """The items of a top-level list section; an absent or empty section has none."""
+    if node is None or (node.is_scalar and node.value is None):
+        return []
+    if not node.is_list:
+        report.add(node.line, f"{label}: expected a list of {example}, got {describe(node)}")
+        return []
+    return node.value
+
+
 def required(report: Report, parent: Node, key: str, label: str) -> Node | None:
     node = parent.value.get(key)
     if node is None or (node.is_scalar and node.value is None):

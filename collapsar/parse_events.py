@@ -39,14 +39,9 @@ class _Event:
 
 
 def parse_events(report: Report, node: Node | None, elements: Elements) -> list[Pending]:
-    if node is None or (node.is_scalar and node.value is None):
-        return []
-    if not node.is_list:
-        report.add(node.line, "events: expected a list of events like "
-                   f"- {{at: 10s, service: web, action: leave}}, got {pc.describe(node)}")
-        return []
+    items = pc.section_list(report, node, "events", "events like - {at: 10s, service: web, action: leave}")
     pending: list[Pending] = []
-    for item in node.value:
+    for item in items:
         if pc.mapping(report, item, "event") is None:
             continue
         targets = [key for key in TARGETS if key in item.value]

@@ -130,15 +130,10 @@ def link_label(node: Node, index: int) -> str:
 
 
 def parse_links(report: Report, node: Node | None, elements: "Elements") -> list[LinkSpec]:
-    if node is None or (node.is_scalar and node.value is None):
-        return []
-    if not node.is_list:
-        report.add(node.line, "links: expected a list of links like "
-                   f"- {{from: a, to: b, latency: 5ms}}, got {pc.describe(node)}")
-        return []
+    items = pc.section_list(report, node, "links", "links like - {from: a, to: b, latency: 5ms}")
     links: list[LinkSpec] = []
     first_line: dict[frozenset[str], int] = {}
-    for index, item in enumerate(node.value):
+    for index, item in enumerate(items):
         label = link_label(item, index) if item.is_mapping else f"link {index + 1}"
         if pc.mapping(report, item, label) is None:
             continue

@@ -229,15 +229,9 @@ def _cpus(report: Report, node: Node, label: str) -> float | None:
 # ---- bridges: and the shared namespace ---------------------------------------
 
 def _bridges(report: Report, root: Node) -> list[Bridge]:
-    node = root.value.get("bridges")
-    if node is None or (node.is_scalar and node.value is None):
-        return []
-    if not node.is_list:
-        report.add(node.line, f"bridges: expected a list of names like [s1, s2], "
-                   f"got {pc.describe(node)}")
-        return []
+    items = pc.section_list(report, root.value.get("bridges"), "bridges", "names like [s1, s2]")
     bridges = []
-    for item in node.value:
+    for item in items:
         name = pc.name(report, item, "bridges")
         if name is not None:
             bridges.append(Bridge(name, Where(report.source, item.line)))

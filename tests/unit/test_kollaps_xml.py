@@ -11,20 +11,10 @@ from collapsar.errors import CollapsarError, TopologyError, Where
 from collapsar.kollaps_xml import parse_xml_file, parse_xml_text, to_yaml
 from collapsar.model import (BridgeEvent, LinkEvent, LinkProps, LinkSetEvent, ServiceEvent)
 from collapsar.parser import parse_text
+from model_compare import without_where
 
 DATA = pathlib.Path(__file__).parent / "data"
 IPERF = DATA / "kollaps_iperf.xml"
-
-
-def without_where(value):
-    """The experiment with every `where` cleared, to compare content only."""
-    if dataclasses.is_dataclass(value):
-        return dataclasses.replace(value, **{
-            f.name: None if f.name == "where" else without_where(getattr(value, f.name))
-            for f in dataclasses.fields(value)})
-    if isinstance(value, tuple):
-        return tuple(without_where(item) for item in value)
-    return value
 
 
 def xml_problems(text: str) -> list[str]:

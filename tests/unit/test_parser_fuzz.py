@@ -1,7 +1,6 @@
 """Property tests: no input makes the parsers raise anything but TopologyError,
 and every valid generated experiment parses and survives a YAML round trip."""
 
-import dataclasses
 
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -10,6 +9,7 @@ from hypothesis import strategies as st
 from collapsar.errors import TopologyError
 from collapsar.kollaps_xml import parse_xml_text, to_yaml
 from collapsar.parser import parse_file, parse_text
+from model_compare import without_where
 
 FUZZ = settings(max_examples=150, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -135,16 +135,6 @@ def experiments(draw):
                      for name in service_names},
         "bridges": bridge_names, "links": links, "events": events}
     return document
-
-
-def without_where(value):
-    if dataclasses.is_dataclass(value):
-        return dataclasses.replace(value, **{
-            f.name: None if f.name == "where" else without_where(getattr(value, f.name))
-            for f in dataclasses.fields(value)})
-    if isinstance(value, tuple):
-        return tuple(without_where(item) for item in value)
-    return value
 
 
 @FUZZ
