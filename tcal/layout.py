@@ -11,6 +11,7 @@ thousands of destinations, where a flat filter list would be walked linearly.
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
 from dataclasses import dataclass
 
@@ -51,21 +52,27 @@ class U32Slot:
 
 
 class U32Layout:
-    """Assigns each destination its place in the two-level hash (pure bookkeeping)."""
+    """Assigns each destination its place in the two-level hash (pure bookkeeping).
+
+    Nodes in use are indexed per (table, bucket): placing a destination costs
+    the same whatever the tree already holds (a scan of every slot made
+    setting up N destinations quadratic, and a run of N instances cubic)."""
 
     def __init__(self) -> None:
         self.slots: dict[str, U32Slot] = {}
+        self._nodes: dict[tuple[int, int], set[int]] = {}
 
     def place(self, dst_ip: str) -> U32Slot:
         if dst_ip in self.slots:
             return self.slots[dst_ip]
         octets = ipaddress.IPv4Address(dst_ip).packed
         htid = U32_LEVEL2_HTID_BASE + octets[2]
-        used = {s.node for s in self.slots.values() if s.level2_htid == htid and s.level2_bucket == octets[3]}
+        used = self._nodes.setdefault((htid, octets[3]), set())
         node = next(n for n in range(1, U32_MAX_NODE + 2) if n not in used)
         if node > U32_MAX_NODE:
             raise CollapsarError(f"destination {dst_ip}: more than {U32_MAX_NODE} destinations share "
                                  f"the last two octets .{octets[2]}.{octets[3]}")
+        used.add(node)
         slot = U32Slot(octets[2], htid, octets[3], node)
         self.slots[dst_ip] = slot
         return slot
@@ -75,19 +82,35 @@ class U32Layout:
 
 
 class MinorAllocator:
-    """Class minors for destinations: the lowest free one, so handles stay small."""
+    """Class minors for destinations: the lowest free one, so handles stay small.
+
+    Freed minors wait in a heap; above them, `_next` is the lowest never
+    handed out.  Both make `take` O(log n) instead of a scan from the bottom."""
 
     def __init__(self) -> None:
         self.used: set[int] = set()
+        self._freed: list[int] = []
+        self._next = FIRST_DEST_MINOR
+
+    def claim(self, minor: int) -> None:
+        """Mark a minor chosen elsewhere (a plan's) as used."""
+        self.used.add(minor)
 
     def take(self) -> int:
-        minor = FIRST_DEST_MINOR
-        while minor in self.used:
-            minor += 1
-        if minor > LAST_DEST_MINOR:
+        while self._freed and self._freed[0] in self.used:  # freed, then claimed again
+            heapq.heappop(self._freed)
+        while self._next in self.used:
+            self._next += 1
+        if self._freed and self._freed[0] < self._next:
+            minor = heapq.heappop(self._freed)
+            self.used.add(minor)
+            return minor
+        if self._next > LAST_DEST_MINOR:
             raise CollapsarError(f"more than {LAST_DEST_MINOR - FIRST_DEST_MINOR + 1} destinations on one interface")
-        self.used.add(minor)
-        return minor
+        self.used.add(self._next)
+        return self._next
 
     def free(self, minor: int) -> None:
-        self.used.discard(minor)
+        if minor in self.used:
+            self.used.discard(minor)
+            heapq.heappush(self._freed, minor)

@@ -107,7 +107,7 @@ class TcTree:
         tables: set[int] = set()
         for d in plan.dests:
             self._layout.place(d.shaping.dst_ip)
-            self._minors.used.add(d.minor)
+            self._minors.claim(d.minor)
             dest = _Dest(d.shaping, d.minor, d.leaf, d.slot,
                          m.ClassTemplate(self._ifindex, d.classid, ROOT), None)
             reqs += self._create_dest(dest, tables)

@@ -25,35 +25,19 @@
 #include "loader.h"
 #include "counters.skel.h"
 
-/* bpf_map_lookup_batch lays per-CPU values out at 8-byte strides. */
-#define CX_PCPU_STRIDE ((sizeof(struct cx_value) + 7) & ~(size_t)7)
-
-struct cx_counters {
-	struct cx_counters_bpf *skel;
-	char ifname[IF_NAMESIZE];
-	char netns[PATH_MAX];		/* "" means the caller's namespace */
-	struct bpf_tc_hook hook;
-	struct bpf_tc_opts opts;
-	bool hook_created;		/* only then is the clsact ours to remove */
-	bool attached;
-	bool use_batch;
-	__u32 capacity;
-	int ncpus;
-	__u32 *keys;			/* read scratch, capacity keys */
-	void *pcpu;			/* read scratch, capacity x ncpus values */
-};
+#include "internal.h"
 
 static __thread char cx_err[1024];
 static __thread int cx_err_no;
 static __thread int cx_err_stage;
-static __thread char cx_libbpf_msg[256];
+__thread char cx_libbpf_msg[256];
 
 const char *cx_last_error(void) { return cx_err; }
 int cx_last_errno(void) { return cx_err_no; }
 int cx_last_stage(void) { return cx_err_stage; }
 
 /* Record "function: what (value): strerror" and return -1 for tail calls. */
-static int cx_fail(int stage, int err, const char *func, const char *fmt, ...)
+int cx_fail(int stage, int err, const char *func, const char *fmt, ...)
 {
 	char what[320];
 	va_list ap;
@@ -368,132 +352,4 @@ void cx_counters_free(struct cx_counters *cx)
 	free(cx->pcpu);
 	free(cx->keys);
 	free(cx);
-}
-
-/* Sum the per-CPU values of key i of the scratch buffer into out. */
-static void cx_sum(const struct cx_counters *cx, __u32 i, struct cx_entry *out)
-{
-	const char *base = (const char *)cx->pcpu + (size_t)i * cx->ncpus * CX_PCPU_STRIDE;
-	int cpu;
-
-	out->daddr_be = cx->keys[i];
-	out->pad = 0;
-	memset(&out->value, 0, sizeof(out->value));
-	for (cpu = 0; cpu < cx->ncpus; cpu++) {
-		const struct cx_value *v = (const void *)(base + cpu * CX_PCPU_STRIDE);
-
-		out->value.bytes += v->bytes;
-		out->value.packets += v->packets;
-		out->value.wire_bytes += v->wire_bytes;
-	}
-}
-
-/* Whole map in as few syscalls as possible; -2 when the kernel lacks batch
- * ops for this map type, so the caller falls back. */
-static int cx_read_batch(struct cx_counters *cx, __u32 *total)
-{
-	LIBBPF_OPTS(bpf_map_batch_opts, opts);
-	int fd = bpf_map__fd(cx->skel->maps.cx_dest);
-	__u32 token, n;
-	bool first = true;
-	int err;
-
-	*total = 0;
-	while (*total < cx->capacity) {
-		n = cx->capacity - *total;
-		err = bpf_map_lookup_batch(fd, first ? NULL : &token, &token,
-					   cx->keys + *total,
-					   (char *)cx->pcpu + (size_t)*total * cx->ncpus * CX_PCPU_STRIDE,
-					   &n, &opts);
-		*total += n;
-		if (err == -ENOENT)
-			return 0;	/* the last batch: the map is exhausted */
-		if (err == -EINVAL && first)
-			return -2;
-		if (err)
-			return cx_fail(CX_STAGE_READ, err, __func__, "lookup batch after %u", *total);
-		first = false;
-	}
-	return 0;
-}
-
-static int cx_read_iter(struct cx_counters *cx, __u32 *total)
-{
-	int fd = bpf_map__fd(cx->skel->maps.cx_dest);
-	__u32 key, *prev = NULL;
-
-	*total = 0;
-	while (*total < cx->capacity && !bpf_map_get_next_key(fd, prev, &key)) {
-		char *vals = (char *)cx->pcpu + (size_t)*total * cx->ncpus * CX_PCPU_STRIDE;
-
-		/* An LRU eviction between the two calls is not an error. */
-		if (bpf_map_lookup_elem(fd, &key, vals)) {
-			if (errno == ENOENT)
-				continue;
-			return cx_fail(CX_STAGE_READ, errno, __func__, "lookup key %08x", key);
-		}
-		cx->keys[*total] = key;
-		prev = &cx->keys[*total];
-		(*total)++;
-	}
-	return 0;
-}
-
-int cx_counters_read(struct cx_counters *cx, struct cx_entry *out, __u32 capacity)
-{
-	__u32 total = 0, i;
-	int err = -2;
-
-	cx_libbpf_msg[0] = '\0';
-	if (!cx || !cx->skel || !out || capacity < cx->capacity)
-		return cx_fail(CX_STAGE_ARG, EINVAL, __func__, "capacity %u, need %u",
-			       capacity, cx ? cx->capacity : 0);
-	if (cx->use_batch)
-		err = cx_read_batch(cx, &total);
-	if (err == -2) {
-		cx->use_batch = false;
-		err = cx_read_iter(cx, &total);
-	}
-	if (err)
-		return -1;
-	for (i = 0; i < total; i++)
-		cx_sum(cx, i, &out[i]);
-	return (int)total;
-}
-
-int cx_counters_read_other(struct cx_counters *cx, struct cx_value *out)
-{
-	struct cx_entry sum;
-	__u32 zero = 0;
-
-	if (!cx || !cx->skel || !out)
-		return cx_fail(CX_STAGE_ARG, EINVAL, __func__, "no counters or no output");
-	if (bpf_map_lookup_elem(bpf_map__fd(cx->skel->maps.cx_other), &zero, cx->pcpu))
-		return cx_fail(CX_STAGE_READ, errno, __func__, "lookup non-IPv4 slot");
-	cx->keys[0] = 0;
-	cx_sum(cx, 0, &sum);
-	*out = sum.value;
-	return 0;
-}
-
-__u32 cx_counters_capacity(const struct cx_counters *cx)
-{
-	return cx ? cx->capacity : 0;
-}
-
-int cx_counters_filter(const struct cx_counters *cx, __u32 *handle,
-		       __u32 *priority, __u32 *prog_id)
-{
-	if (!cx || !cx->attached)
-		return cx_fail(CX_STAGE_ARG, ENOENT, __func__, "not attached");
-	*handle = cx->opts.handle;
-	*priority = cx->opts.priority;
-	*prog_id = cx->opts.prog_id;
-	return 0;
-}
-
-void cx_counters_use_batch(struct cx_counters *cx, bool use_batch)
-{
-	if (cx)
-		cx->use_batch = use_batch;
 }

@@ -185,3 +185,35 @@ def test_uniform_table_is_netems_own_plus_minus_jitter():
     uniform = table_values("uniform")
     assert (uniform[0], uniform[-1]) == (-8190, 8190)
     assert len(table_bytes("uniform")) == 2 * TABLE_SIZE
+
+
+def test_minor_allocator_always_hands_out_the_lowest_free_minor():
+    """Against a brute-force model, through takes, frees and claims in any order."""
+    import random
+
+    from collapsar.tcal.layout import FIRST_DEST_MINOR, MinorAllocator
+
+    allocator, model, rng = MinorAllocator(), set(), random.Random(3)
+    for _ in range(5000):
+        op = rng.random()
+        if op < 0.5:
+            lowest = next(m for m in range(FIRST_DEST_MINOR, 0xFFFF) if m not in model)
+            assert allocator.take() == lowest
+            model.add(lowest)
+        elif op < 0.8 and model:
+            minor = rng.choice(sorted(model))
+            allocator.free(minor)
+            model.discard(minor)
+        else:
+            minor = rng.randrange(FIRST_DEST_MINOR, 400)
+            if minor not in model:
+                allocator.claim(minor)
+                model.add(minor)
+    assert allocator.used == model
+
+
+def test_u32_nodes_count_per_bucket():
+    layout = U32Layout()
+    # Same last two octets, different /16s: one bucket, nodes 1, 2, 3.
+    assert [layout.place(ip).node for ip in ("10.1.3.4", "10.2.3.4", "10.3.3.4")] == [1, 2, 3]
+    assert layout.place("10.1.3.5").node == 1 and layout.place("10.2.3.4").node == 2
