@@ -49,6 +49,27 @@ def test_problems_go_to_stderr_with_file_and_line(tmp_path):
         "got unknown time unit 'parsecs' in '10 parsecs'"]
 
 
+def test_json_verdict_for_a_good_and_a_bad_file(tmp_path):
+    import json
+
+    good = collapsar("validate", "topologies/demo.yaml", "--json")
+    assert (good.returncode, good.stderr) == (0, "")
+    assert json.loads(good.stdout) == {"file": "topologies/demo.yaml", "ok": True, "problems": [],
+                                       "warnings": [], "services": 2, "instances": 3, "bridges": 2,
+                                       "links": 3, "events": 3}
+    (tmp_path / "bad.yaml").write_text("services:\n  client: {comand: [x]}\n")
+    bad = collapsar("validate", "bad.yaml", "--json", cwd=tmp_path)
+    assert (bad.returncode, bad.stderr) == (2, "")
+    verdict = json.loads(bad.stdout)
+    assert verdict["ok"] is False and verdict["warnings"] == []
+    assert verdict["problems"][0] == {"file": "bad.yaml", "line": 2,
+                                      "message": "service client: unknown key 'comand' (did you mean 'command'?)"}
+    missing = collapsar("validate", "nope.yaml", "--json", cwd=tmp_path)
+    assert missing.returncode == 2
+    assert json.loads(missing.stdout)["problems"] == [
+        {"file": None, "line": None, "message": "nope.yaml: cannot read: No such file or directory"}]
+
+
 def test_a_missing_file(tmp_path):
     done = collapsar("validate", "nope.yaml", cwd=tmp_path)
     assert (done.returncode, done.stdout) == (2, "")
