@@ -1,2 +1,11 @@
-"""collapsar.deploy owns turning a topology into Docker Compose and Swarm stack files. (Lands with the Docker issue.)
+"""collapsar.deploy: a topology -> Docker Compose and Docker Swarm stack files.
+
+Owns: the names and labels that tie containers to an experiment (`naming`,
+which the container-mode manager reads too), sizing the experiment network's
+subnet (`subnet`), and the generated files themselves (`stack`).  Does not
+own: running anything (the generated files are run by `docker compose` /
+`docker stack deploy`; the manager in container mode lives in
+collapsar.manager.container), nor the images (docker/).
+
+Pure: nothing here talks to Docker or touches the system.
 """

@@ -1,0 +1,163 @@
+"""Topology -> a Swarm stack file or a Compose file, as plain dicts.
+
+One Docker service per topology service, never restarted by the engine
+(leave and crash belong to the timeline), labelled with the experiment, on
+one experiment network.  Instances that join later: Compose makes a
+container for every instance the experiment ever has, and the manager holds
+the late ones stopped until their join; a Swarm service starts with the
+instances present at t=0, and the manager scales it up at each join (Swarm
+numbers the new task's slot like the joined instance).  Then the emulation manager:
+
+- Compose: a `collapsar-manager` service with the capabilities it needs, with the host's PID
+  namespace and network, the Docker socket, /sys and /sys/fs/bpf;
+- Swarm cannot run privileged services, so a global `collapsar-bootstrap`
+  service starts that same privileged manager container on each node through
+  the Docker API (manager_spec.py holds the one description of it).
+
+The topology travels in the environment (base64 of the file's text), so the
+generated file is self-contained.  Managers do not need a node count: each
+one serves the experiment's containers on its own node, and peers are the
+bootstrapper tasks, listed by the overlay's DNS as `tasks.collapsar-bootstrap`
+(no UDP broadcast).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+from ..manager.experiment import service_of
+from ..model import Experiment, Service
+from .manager_spec import MANAGER_SPEC, manager_environment
+from .naming import (BOOTSTRAP_SERVICE, IMAGE_MANAGER, IMAGE_NODE, LABEL_EXPERIMENT, LABEL_ROLE,
+                     LABEL_SERVICE, MANAGER_SERVICE, NETWORK, check_service_name)
+
+SWARM_FILE_VERSION = "3.8"
+_KIB, _MIB = 1024, 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    experiment_id: str
+    subnet: str
+    topology_text: str
+    manager_image: str = IMAGE_MANAGER
+    node_image: str = IMAGE_NODE
+
+
+def replicas_by_service(experiment: Experiment, instances: list[str]) -> dict[str, int]:
+    """service -> the highest replica number any instance of it ever has
+    (`instances`: every instance of the run, joins included)."""
+    counts = {service.name: 0 for service in experiment.services}
+    for instance in instances:
+        service = service_of(experiment, instance)
+        suffix = instance[len(service) + 1:]
+        counts[service] = max(counts[service], int(suffix) if suffix else 1)
+    return counts
+
+
+def _memory(n_bytes: int) -> str:
+    """Docker's size syntax, exact: 512M, 1536k, 1000b."""
+    if n_bytes % _MIB == 0:
+        return f"{n_bytes // _MIB}M"
+    if n_bytes % _KIB == 0:
+        return f"{n_bytes // _KIB}k"
+    return f"{n_bytes}b"
+
+
+def _labels(options: DeployOptions, role: str, service: str | None = None) -> dict[str, str]:
+    labels = {LABEL_EXPERIMENT: options.experiment_id, LABEL_ROLE: role}
+    if service is not None:
+        labels[LABEL_SERVICE] = service
+    return labels
+
+
+def _instance_base(service: Service, options: DeployOptions) -> dict:
+    where = f"{service.where}: " if service.where else ""
+    check_service_name(service.name, where)
+    spec: dict = {"image": service.image or options.node_image}
+    if service.command:
+        spec["command"] = list(service.command)
+    spec["environment"] = {**service.env, "COLLAPSAR_SERVICE": service.name,
+                           "COLLAPSAR_EXPERIMENT": options.experiment_id}
+    if service.workdir:
+        spec["working_dir"] = service.workdir
+    spec["labels"] = _labels(options, "instance", service.name)
+    spec["networks"] = [NETWORK]
+    return spec
+
+
+def _topology_env(options: DeployOptions) -> dict[str, str]:
+    return manager_environment(options.experiment_id,
+                               base64.b64encode(options.topology_text.encode()).decode())
+
+
+def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: DeployOptions) -> dict:
+    services: dict[str, dict] = {}
+    for service in experiment.services:
+        spec = _instance_base(service, options)
+        deploy: dict = {"mode": "replicated", "replicas": replicas[service.name], "endpoint_mode": "dnsrr",
+                        "labels": _labels(options, "instance", service.name),
+                        "restart_policy": {"condition": "none"}}
+        limits = {}
+        if service.cpus is not None:
+            limits["cpus"] = f"{service.cpus:g}"
+        if service.memory_bytes is not None:
+            limits["memory"] = _memory(service.memory_bytes)
+        if limits:
+            deploy["resources"] = {"limits": limits}
+        spec["deploy"] = deploy
+        services[service.name] = spec
+    services[BOOTSTRAP_SERVICE] = {
+        "image": options.manager_image,
+        "command": ["collapsar", "manager", "--bootstrap"],
+        "environment": {**_topology_env(options), "COLLAPSAR_MANAGER_IMAGE": options.manager_image},
+        "volumes": ["/var/run/docker.sock:/var/run/docker.sock"],
+        "labels": _labels(options, "bootstrapper"),
+        # On the overlay so that `tasks.collapsar-bootstrap` lists one address
+        # per node: how managers find their peers.
+        "networks": [NETWORK],
+        "deploy": {"mode": "global", "endpoint_mode": "dnsrr",
+                   "labels": _labels(options, "bootstrapper"),
+                   "restart_policy": {"condition": "on-failure"}},
+    }
+    return {
+        "version": SWARM_FILE_VERSION,
+        "services": services,
+        "networks": {NETWORK: {"driver": "overlay", "attachable": True,
+                               "labels": {LABEL_EXPERIMENT: options.experiment_id},
+                               "ipam": {"config": [{"subnet": options.subnet}]}}},
+    }
+
+
+def compose_file(experiment: Experiment, replicas: dict[str, int], options: DeployOptions) -> dict:
+    services: dict[str, dict] = {}
+    for service in experiment.services:
+        spec = _instance_base(service, options)
+        spec["scale"] = replicas[service.name]
+        spec["restart"] = "no"
+        if service.cpus is not None:
+            spec["cpus"] = service.cpus
+        if service.memory_bytes is not None:
+            spec["mem_limit"] = _memory(service.memory_bytes)
+        services[service.name] = spec
+    services[MANAGER_SERVICE] = {
+        "image": options.manager_image,
+        "command": ["collapsar", "manager", "--docker"],
+        "environment": _topology_env(options),
+        "labels": _labels(options, "manager"),
+        "cap_add": list(MANAGER_SPEC["cap_add"]),
+        "security_opt": list(MANAGER_SPEC["security_opt"]),
+        "pid": MANAGER_SPEC["pid_mode"],
+        "network_mode": MANAGER_SPEC["network_mode"],
+        "shm_size": MANAGER_SPEC["shm_size"],
+        "volumes": list(MANAGER_SPEC["volumes"]),
+    }
+    # No top-level `name:`: docker-compose v1 (Debian 12's) rejects it; the
+    # project name comes from `-p` or the directory.
+    return {
+        "services": services,
+        "networks": {NETWORK: {"driver": "bridge",
+                               "labels": {LABEL_EXPERIMENT: options.experiment_id},
+                               "ipam": {"config": [{"subnet": options.subnet}]}}},
+    }

@@ -1,0 +1,17 @@
+"""collapsar.manager.container: the emulation manager for Docker containers.
+
+Container mode differs from local mode (collapsar.manager.local) only in
+where network namespaces come from and how instance lifecycle events act:
+the instances are the experiment's containers on this node (found through
+the Docker API and its events stream), and join / leave / crash start, stop
+and kill those containers.  Shaping (EmulationCore), the timeline (Player),
+the counters (Meter) and the status API are local mode's, unchanged.
+
+  engine     the Docker API: this experiment's containers, addresses, events,
+             start / stop / kill, and Swarm's scale-up for joins
+  nsbind     a container's network namespace under /run/netns, by its pid
+  dnsaddr    other Swarm nodes' instances, from the overlay's DNS
+  meter      local mode's Meter, attaching counters as containers come and go
+  run        ContainerRun: discover, shape, play the timeline, tear down
+  bootstrap  Swarm's global service that starts the privileged manager
+"""

@@ -1,0 +1,213 @@
+"""collapsar.deploy: the generated Swarm and Compose files, exactly."""
+
+import base64
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from collapsar.commands.generate import generate_text
+from collapsar.deploy.manager_spec import MANAGER_SPEC, sdk_run_kwargs
+from collapsar.deploy.naming import (check_service_name, experiment_id, instance_of, replica_of)
+from collapsar.deploy.subnet import addresses_needed, check_subnet, size_subnet
+from collapsar.errors import CollapsarError
+from collapsar.parser import parse_text
+
+TOPOLOGY = """\
+experiment: {name: Tiny-Test}
+services:
+  server: {command: [wl-node, --port, 7000], cpus: 0.5, memory: 256m, env: {MODE: fast}}
+  client: {image: "busybox:1.36", command: "sleep 60", replicas: 2}
+  late: {command: [iperf3, -s], replicas: 0}
+bridges: [s1]
+links:
+  - {from: client, to: s1, bandwidth: 10Mbps}
+  - {from: s1, to: server, bandwidth: 20Mbps}
+  - {from: late, to: s1, bandwidth: 5Mbps}
+events:
+  - {at: 5s, service: late, action: join, amount: 1}
+  - {at: 6s, service: client, action: join, amount: 1}
+"""
+EXP_ID = "tiny-test-" + __import__("hashlib").sha256(TOPOLOGY.encode()).hexdigest()[:8]
+LABELS = lambda role, service=None: {  # noqa: E731
+    "org.collapsar.experiment": EXP_ID, "org.collapsar.role": role,
+    **({"org.collapsar.service": service} if service else {})}
+B64 = base64.b64encode(TOPOLOGY.encode()).decode()
+
+
+@pytest.fixture
+def topology(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TOPOLOGY)
+    return str(path)
+
+
+def generated(path, swarm, **kw):
+    text = generate_text(path, swarm, **kw)
+    head = text.splitlines()[:2]
+    return head, yaml.safe_load(text)
+
+
+def test_swarm_stack_is_exactly_this(topology):
+    head, doc = generated(topology, swarm=True)
+    assert head[1] == f"# experiment {EXP_ID}: 5 instances, subnet 10.201.0.0/25"
+    assert doc["version"] == "3.8"
+    assert list(doc["services"]) == ["server", "client", "late", "collapsar-bootstrap"]
+    assert doc["services"]["server"] == {
+        "image": "collapsar/node:0.1.0",
+        "command": ["wl-node", "--port", "7000"],
+        "environment": {"MODE": "fast", "COLLAPSAR_SERVICE": "server", "COLLAPSAR_EXPERIMENT": EXP_ID},
+        "labels": LABELS("instance", "server"),
+        "networks": ["collapsar"],
+        "deploy": {"mode": "replicated", "replicas": 1, "endpoint_mode": "dnsrr",
+                   "labels": LABELS("instance", "server"), "restart_policy": {"condition": "none"},
+                   "resources": {"limits": {"cpus": "0.5", "memory": "256M"}}},
+    }
+    # Swarm starts with the instances at t=0; the manager scales up at each join.
+    assert doc["services"]["client"]["image"] == "busybox:1.36"
+    assert doc["services"]["client"]["command"] == ["sleep", "60"]
+    assert doc["services"]["client"]["deploy"]["replicas"] == 2
+    assert doc["services"]["late"]["deploy"]["replicas"] == 0
+    assert doc["services"]["collapsar-bootstrap"] == {
+        "image": "collapsar/manager:0.1.0",
+        "command": ["collapsar", "manager", "--bootstrap"],
+        "environment": {"COLLAPSAR_EXPERIMENT": EXP_ID, "COLLAPSAR_TOPOLOGY_B64": B64,
+                        "COLLAPSAR_MANAGER_IMAGE": "collapsar/manager:0.1.0"},
+        "volumes": ["/var/run/docker.sock:/var/run/docker.sock"],
+        "labels": LABELS("bootstrapper"),
+        "networks": ["collapsar"],
+        "deploy": {"mode": "global", "endpoint_mode": "dnsrr", "labels": LABELS("bootstrapper"),
+                   "restart_policy": {"condition": "on-failure"}},
+    }
+    assert doc["networks"] == {"collapsar": {
+        "driver": "overlay", "attachable": True, "labels": {"org.collapsar.experiment": EXP_ID},
+        "ipam": {"config": [{"subnet": "10.201.0.0/25"}]}}}
+
+
+def test_compose_file_is_exactly_this(topology):
+    _, doc = generated(topology, swarm=False, subnet="10.9.0.0/16", manager_image="m:1", node_image="n:1")
+    assert "version" not in doc and "name" not in doc  # docker-compose v1 rejects `name`
+    assert doc["services"]["server"] == {
+        "image": "n:1", "command": ["wl-node", "--port", "7000"],
+        "environment": {"MODE": "fast", "COLLAPSAR_SERVICE": "server", "COLLAPSAR_EXPERIMENT": EXP_ID},
+        "labels": LABELS("instance", "server"), "networks": ["collapsar"],
+        "scale": 1, "restart": "no", "cpus": 0.5, "mem_limit": "256M",
+    }
+    # Compose: two at t=0 plus one join, the third held stopped until its join.
+    assert doc["services"]["client"]["scale"] == 3
+    assert doc["services"]["late"]["scale"] == 1
+    assert doc["services"]["collapsar-manager"] == {
+        "image": "m:1", "command": ["collapsar", "manager", "--docker"],
+        "environment": {"COLLAPSAR_EXPERIMENT": EXP_ID, "COLLAPSAR_TOPOLOGY_B64": B64},
+        "labels": LABELS("manager"),
+        "cap_add": ["NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE", "SYS_NICE"],
+        "security_opt": ["seccomp=unconfined", "apparmor=unconfined"],
+        "pid": "host", "network_mode": "host", "shm_size": "512m",
+        "volumes": ["/var/run/docker.sock:/var/run/docker.sock", "/sys/fs/bpf:/sys/fs/bpf"],
+    }
+    assert doc["networks"]["collapsar"] == {"driver": "bridge", "labels": {"org.collapsar.experiment": EXP_ID},
+                                            "ipam": {"config": [{"subnet": "10.9.0.0/16"}]}}
+
+
+def test_bootstrapper_starts_the_manager_compose_describes():
+    kwargs = sdk_run_kwargs("m:1", "mgr", {"A": "1"}, {"L": "2"})
+    assert kwargs == {
+        "image": "m:1", "name": "mgr", "command": ["collapsar", "manager", "--docker"],
+        "environment": {"A": "1"}, "labels": {"L": "2"}, "detach": True,
+        "cap_add": list(MANAGER_SPEC["cap_add"]), "security_opt": list(MANAGER_SPEC["security_opt"]),
+        "pid_mode": "host", "network_mode": "host", "shm_size": "512m",
+        "volumes": {"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"},
+                    "/sys/fs/bpf": {"bind": "/sys/fs/bpf", "mode": "rw"}},
+        "restart_policy": {"Name": "on-failure", "MaximumRetryCount": 3}}
+
+
+@pytest.mark.parametrize("instances, headroom, subnet", [
+    (1, 32, "10.201.0.0/25"),      # 1 + 64 + 3 = 68 addresses
+    (61, 32, "10.201.0.0/25"),     # exactly 128
+    (62, 32, "10.201.0.0/24"),
+    (300, 32, "10.201.0.0/23"),    # a /24 would break here (Kollaps's default)
+    (5000, 32, "10.201.0.0/19"),
+    (10, 1, "10.201.0.0/28"),      # 10 + 2 + 3 = 15
+])
+def test_subnet_is_sized_for_the_topology(instances, headroom, subnet):
+    assert size_subnet(instances, headroom) == subnet
+
+
+def test_a_given_subnet_must_hold_the_experiment():
+    assert addresses_needed(200) == 267
+    assert check_subnet("10.5.0.0/23", 200) == "10.5.0.0/23"
+    with pytest.raises(CollapsarError, match=r"--subnet 10.5.0.0/24: holds 256 addresses, the experiment "
+                                             r"needs 267 .*expected at least a /23"):
+        check_subnet("10.5.0.0/24", 200)
+    with pytest.raises(CollapsarError, match="expected an IPv4 network"):
+        check_subnet("10.5.0.1/24", 2)
+    with pytest.raises(CollapsarError, match="expected an IPv4 network"):
+        check_subnet("fd00::/64", 2)
+
+
+def test_experiment_id_is_name_and_content():
+    experiment = parse_text(TOPOLOGY)
+    assert experiment_id(experiment, TOPOLOGY) == EXP_ID
+    assert experiment_id(experiment, TOPOLOGY + "\n") != EXP_ID
+
+
+@pytest.mark.parametrize("labels, replica", [
+    ({"com.docker.swarm.task.name": "st_web.3.k2j3h4"}, 3),
+    ({"com.docker.swarm.task.name": "st_collapsar-bootstrap.nodeid.k2j3h4"}, None),  # global task
+    ({"com.docker.compose.container-number": "2"}, 2),
+    ({}, None),
+])
+def test_replica_comes_from_the_engine_labels(labels, replica):
+    assert replica_of(labels) == replica
+
+
+def test_instance_of_a_container():
+    mine = {"org.collapsar.experiment": "e-1", "org.collapsar.role": "instance", "org.collapsar.service": "web"}
+    assert instance_of({**mine, "com.docker.swarm.task.name": "st_web.1.x"}, "e-1") == "web"
+    assert instance_of({**mine, "com.docker.compose.container-number": "4"}, "e-1") == "web-4"
+    assert instance_of({**mine, "com.docker.compose.container-number": "4"}, "e-2") is None
+    assert instance_of({**mine, "org.collapsar.role": "manager", "com.docker.compose.container-number": "1"},
+                       "e-1") is None
+
+
+def test_service_names_docker_rejects_are_named(tmp_path):
+    assert check_service_name("web_1.a-b", "") == "web_1.a-b"
+    with pytest.raises(CollapsarError, match="service collapsar-bootstrap: Docker needs"):
+        check_service_name("collapsar-bootstrap", "")
+    with pytest.raises(CollapsarError, match="service " + "x" * 49 + ": Docker needs"):
+        check_service_name("x" * 49, "")
+
+
+def test_cli_writes_the_file_and_needs_a_mode(topology, tmp_path):
+    out = tmp_path / "stack.yml"
+    done = subprocess.run([sys.executable, "-m", "collapsar.cli", "generate", topology, "--swarm", "-o", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert yaml.safe_load(out.read_text())["services"]["client"]["deploy"]["replicas"] == 2
+    done = subprocess.run([sys.executable, "-m", "collapsar.cli", "generate", topology, "-o", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "one of the arguments --swarm --compose is required" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "collapsar.cli", "generate", topology, "--compose",
+                           "--subnet", "10.0.0.0/30", "-o", str(out)], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert done.stderr.startswith("collapsar: --subnet 10.0.0.0/30: holds 4 addresses")
+
+
+@pytest.mark.parametrize("name", ["churn", "demo", "dumbbell", "flaky", "geo", "local-iperf"])
+def test_every_example_generates_both_files(name):
+    from collapsar.manager.experiment import all_instances
+    from collapsar.parser import parse_file
+    from collapsar.timeline import build_timeline
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "topologies", f"{name}.yaml")
+    timeline = build_timeline(parse_file(path))
+    services = [s.name for s in parse_file(path).services]
+    _, swarm = generated(path, swarm=True)
+    _, compose = generated(path, swarm=False)
+    assert list(swarm["services"]) == services + ["collapsar-bootstrap"]
+    assert list(compose["services"]) == services + ["collapsar-manager"]
+    assert sum(swarm["services"][s]["deploy"]["replicas"] for s in services) == len(timeline.steps[0].state.instances)
+    assert sum(compose["services"][s]["scale"] for s in services) == len(all_instances(timeline))
