@@ -1,2 +1,31 @@
-"""collapsar.dashboard owns the web dashboard that watches and controls a running experiment. (Lands with the dashboard issue.)
+"""collapsar.dashboard: the web page that watches and controls a running
+experiment, and the small server that feeds it.
+
+It owns the page (web/: sources, pinned npm dependencies, the esbuild step
+that turns them into static assets in web/dist) and the aggregator
+(`collapsar dashboard`), which follows one or several emulation managers'
+status streams and serves them as one, in the same shape a single manager
+serves (GET /stream, /status, /topology; POST /control/ACTION), so the page
+works unchanged against a manager (`collapsar run --dashboard`) or the
+aggregator.  It does not own the status API itself (collapsar.manager.status)
+nor what the control actions do (collapsar.manager.control).
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import EnvironmentProblem
+
+WEB = Path(__file__).resolve().parent / "web"
+
+
+def assets_dir() -> Path:
+    """The built page; a clear error if it was never built."""
+    dist = WEB / "dist"
+    missing = [name for name in ("index.html", "app.js", "app.css") if not (dist / name).is_file()]
+    if missing:
+        raise EnvironmentProblem(f"the dashboard page is not built ({dist / missing[0]} is missing)",
+                                 f"run `npm ci && npm run build` in {WEB} (scripts/setup.sh test "
+                                 "does it)")
+    return dist

@@ -75,3 +75,122 @@ def test_stream_sends_current_then_each_new_snapshot(server):
     second = read_event()
     assert json.loads(second[1][len("data: "):])["t_us"] == 1550000
     reply.close()
+
+
+# ---- control, topology and the page ---------------------------------------------
+
+from http.client import HTTPConnection  # noqa: E402 - grouped with the tests that use it
+
+from collapsar.manager.control import ControlRefused, RunControl  # noqa: E402
+
+
+class Calls:
+    def __init__(self):
+        self.seen = []
+
+    def stop(self):
+        self.seen.append("stop")
+        return {"ok": True, "state": "stopping"}
+
+    def link(self, body):
+        if body.get("set") == {"bandwidth": "bad"}:
+            raise ControlRefused(400, "link change refused: bandwidth: expected a rate")
+        self.seen.append(("link", body))
+        return {"ok": True}
+
+
+@pytest.fixture
+def control_server(tmp_path):
+    (tmp_path / "index.html").write_text("<!doctype html><title>x</title>")
+    (tmp_path / "app.js").write_text("console.log(1)")
+    (tmp_path.parent / "secret.txt").write_text("no")
+    calls = Calls()
+    control = RunControl("tok-123", start=None, stop=calls.stop, link=calls.link)
+    board = StatusBoard()
+    board.publish(SNAPSHOT)
+    srv = StatusServer(board, 0, control=control, topology=lambda: {"nodes": [1], "links": []},
+                       assets=tmp_path).start()
+    yield srv, calls
+    board.close()
+    srv.stop()
+
+
+def request(srv, method, route, body=None, headers=None):
+    conn = HTTPConnection("127.0.0.1", srv.port, timeout=5)
+    conn.request(method, route, body=body, headers=headers or {})
+    reply = conn.getresponse()
+    data = reply.read()
+    conn.close()
+    return reply.status, dict(reply.getheaders()), data
+
+
+def test_control_without_or_with_a_wrong_token_is_401(control_server):
+    srv, calls = control_server
+    for headers in ({}, {"Authorization": "Bearer tok-12"}, {"Authorization": "tok-123"}):
+        status, head, body = request(srv, "POST", "/control/stop", b"{}", headers)
+        assert status == 401 and head["WWW-Authenticate"].startswith("Bearer")
+        assert "Authorization: Bearer" in json.loads(body)["error"]
+    assert calls.seen == []
+
+
+def test_control_with_the_token(control_server):
+    srv, calls = control_server
+    auth = {"Authorization": "Bearer tok-123"}
+    assert request(srv, "POST", "/control/stop", b"", auth)[0] == 200
+    change = {"link": ["a", "b"], "set": {"bandwidth": "5Mbps"}}
+    status, _, body = request(srv, "POST", "/control/link", json.dumps(change).encode(), auth)
+    assert status == 200 and json.loads(body) == {"ok": True}
+    assert calls.seen == ["stop", ("link", change)]
+
+
+@pytest.mark.parametrize("route, body, code, words", [
+    ("/control/link", b"{not json", 400, "not JSON"),
+    ("/control/link", json.dumps({"link": ["a", "b"], "set": {"bandwidth": "bad"}}).encode(), 400,
+     "expected a rate"),
+    ("/control/start", b"{}", 409, "--wait-start"),
+    ("/control/run", b'{"cmd": "id"}', 404, "expected one of start, stop, link"),
+    ("/control/link", b"x" * (64 * 1024 + 1), 413, "over 65536 bytes"),
+])
+def test_control_errors_are_one_json_line(control_server, route, body, code, words):
+    srv, _ = control_server
+    status, head, data = request(srv, "POST", route, body, {"Authorization": "Bearer tok-123"})
+    assert status == code and head["Content-Type"] == "application/json"
+    assert words in json.loads(data)["error"]
+
+
+def test_post_elsewhere_is_404_even_with_the_token(control_server):
+    srv, _ = control_server
+    assert request(srv, "POST", "/status", b"{}", {"Authorization": "Bearer tok-123"})[0] == 404
+
+
+def test_foreign_host_header_is_refused(control_server):
+    srv, _ = control_server
+    status, _, body = request(srv, "GET", "/status", headers={"Host": "evil.example:80"})
+    assert status == 403 and "loopback names only" in json.loads(body)["error"]
+    assert request(srv, "GET", "/status", headers={"Host": f"localhost:{srv.port}"})[0] == 200
+
+
+def test_topology_and_page(control_server):
+    srv, _ = control_server
+    status, _, body = request(srv, "GET", "/topology")
+    assert status == 200 and json.loads(body) == {"nodes": [1], "links": []}
+    status, head, body = request(srv, "GET", "/dashboard/")
+    assert status == 200 and head["Content-Type"] == "text/html; charset=utf-8"
+    assert "default-src 'self'" in head["Content-Security-Policy"] and body.startswith(b"<!doctype")
+    status, head, _ = request(srv, "GET", "/dashboard/app.js")
+    assert status == 200 and head["Content-Type"].startswith(("text/javascript", "application/javascript"))
+    assert request(srv, "GET", "/dashboard")[1]["Location"] == "/dashboard/"
+
+
+@pytest.mark.parametrize("route", ["/dashboard/../secret.txt", "/dashboard/%2e%2e/secret.txt",
+                                   "/dashboard/nope.js", "/dashboard//etc/passwd"])
+def test_page_files_only(control_server, route):
+    srv, _ = control_server
+    assert request(srv, "GET", route)[0] == 404
+
+
+def test_without_control_or_page_those_routes_are_404(server):
+    _, srv = server
+    assert request(srv, "POST", "/control/stop", b"{}", {"Authorization": "Bearer x"})[0] == 404
+    assert request(srv, "GET", "/dashboard/")[0] == 404
+    assert request(srv, "GET", "/topology")[0] == 404

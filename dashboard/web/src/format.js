@@ -1,0 +1,40 @@
+// Numbers as people read them; every function returns plain text.
+
+export function rate(bps) {
+  if (bps === null || bps === undefined) return "unlimited";
+  const units = [[1e9, "Gbit/s"], [1e6, "Mbit/s"], [1e3, "kbit/s"]];
+  for (const [scale, name] of units) {
+    if (Math.abs(bps) >= scale) return `${(bps / scale).toFixed(bps >= 10 * scale ? 0 : 1)} ${name}`;
+  }
+  return `${Math.round(bps)} bit/s`;
+}
+
+export function shortRate(bps) {
+  if (bps === null || bps === undefined) return "∞";
+  if (bps >= 1e9) return `${+(bps / 1e9).toFixed(1)}G`;
+  if (bps >= 1e6) return `${+(bps / 1e6).toFixed(1)}M`;
+  if (bps >= 1e3) return `${+(bps / 1e3).toFixed(1)}k`;
+  return `${bps}`;
+}
+
+export function seconds(us) {
+  return `${(us / 1e6).toFixed(us < 10e6 ? 2 : 1)} s`;
+}
+
+export function millis(us) {
+  return `${(us / 1000).toFixed(2)} ms`;
+}
+
+export function percent(ratio) {
+  if (ratio === null || ratio === undefined) return "–";
+  return `${Math.round(ratio * 100)}%`;
+}
+
+export function props(p) {
+  if (!p) return "";
+  const parts = [rate(p.rate_bps)];
+  if (p.delay_us) parts.push(`${p.delay_us / 1000} ms`);
+  if (p.jitter_us) parts.push(`±${p.jitter_us / 1000} ms`);
+  if (p.loss_ratio) parts.push(`${+(p.loss_ratio * 100).toFixed(3)}% loss`);
+  return parts.join(", ");
+}
