@@ -4,6 +4,7 @@ by PID, registered so that process exit stops it after the clients closed
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import shutil
@@ -15,6 +16,18 @@ from pathlib import Path
 from .aeron import TERM_LENGTH_BYTES, AeronError, _started_drivers, aeron_home
 
 log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started the
+    driver dies, even by SIGKILL, so a driver never outlives its manager
+    (it then shuts down cleanly and removes its dir).  The signal follows the
+    starting *thread*: drivers are started and restarted from the manager's
+    main loop."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 class MediaDriver:
@@ -64,7 +77,7 @@ class MediaDriver:
         shutil.rmtree(self.aeron_dir, ignore_errors=True)
         with open(self.log_path, "ab") as out:
             self.process = subprocess.Popen(self.argv(), stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL)
+                                            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         _started_drivers.add(self)
         cnc = self.aeron_dir / "cnc.dat"
         deadline = time.monotonic() + ready_timeout_s

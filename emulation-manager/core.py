@@ -8,10 +8,16 @@ the smallest TCAL call:
 `cut`/`restore` when a path disappears or comes back, `add` for a destination
 first seen after t=0.  The TCAL classes are passed in, so unit tests can run
 a core against a fake tree.
+
+The sharing loop (share_loop.py) narrows a destination with an `Override`
+(its allowed share, its congestion loss) on top of the configured path; the
+core keeps both, so a timeline change of the path and a new share compose,
+and what the tree holds is always `effective(path, override)`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from ..model import Path
@@ -28,22 +34,53 @@ def shaping_fields(path: Path) -> dict[str, object]:
     return {name: getattr(path, name) for name in SHAPED_FIELDS}
 
 
+@dataclass(frozen=True)
+class Override:
+    """What bandwidth sharing imposes on one destination, over its path."""
+
+    rate_bps: int | None = None  # the allowed share; None: the path's own rate
+    loss_ratio: float = 0.0  # congestion loss, compounded with the path's loss
+
+
+def effective_fields(path: Path, override: Override | None, netem: bool) -> dict[str, object]:
+    fields = shaping_fields(path)
+    if override is None:
+        return fields
+    if override.rate_bps is not None:
+        fields["rate_bps"] = override.rate_bps if path.rate_bps is None else min(path.rate_bps, override.rate_bps)
+    if override.loss_ratio and netem:  # without netem there is no loss to set
+        fields["loss_ratio"] = 1.0 - (1.0 - path.loss_ratio) * (1.0 - override.loss_ratio)
+    return fields
+
+
 class EmulationCore:
     def __init__(self, instance: str, ifname: str, netns: str, ip_of: dict[str, str],
                  tree_factory: Callable[..., object], shaping_type: type,
                  netem: bool, wire_overhead: bool):
         self.instance = instance
         self.ip_of = ip_of
+        self.netem = netem
         self._shaping_type = shaping_type
         self.tree = tree_factory(ifname, netns=netns, wire_overhead=wire_overhead, netem=netem)
         # dst instance -> the properties its class carries (None: a placeholder
         # class made only to be cut); `cut` holds destinations now dropped.
         self.shaped: dict[str, Path | None] = {}
         self.cut: set[str] = set()
+        self.overrides: dict[str, Override] = {}
+        # dst -> the fields its class holds in the tree (absent: placeholder)
+        self._in_tree: dict[str, dict[str, object]] = {}
 
     def _shaping(self, dst: str, path: Path):
-        return self._shaping_type(self.ip_of[dst], path.rate_bps, path.delay_us, path.jitter_us,
-                                  path.distribution, path.loss_ratio)
+        fields = effective_fields(path, self.overrides.get(dst), self.netem)
+        self._in_tree[dst] = fields
+        return self._shaping_type(self.ip_of[dst], **fields)
+
+    def _diff(self, dst: str, path: Path) -> dict[str, object]:
+        """The fields to change so that dst's class holds the effective values."""
+        new = effective_fields(path, self.overrides.get(dst), self.netem)
+        old = self._in_tree.get(dst)
+        self._in_tree[dst] = new
+        return {k: v for k, v in new.items() if old is None or old[k] != v}
 
     def install(self, paths: dict[str, Path | None]) -> None:
         """t=0: one class per destination.  An unreachable destination gets a
@@ -88,14 +125,37 @@ class EmulationCore:
                 # brings back the pre-cut values or keeps later changes.
                 self.tree.restore(ip)
                 self.cut.discard(dst)
-            old = self.shaped[dst]
-            diff = {k: v for k, v in shaping_fields(new).items()
-                    if old is None or getattr(old, k) != v}
+            diff = self._diff(dst, new)
             if diff:
                 batch[ip] = diff
             self.shaped[dst] = new
         if batch:
             self.tree.change_many(batch)
+
+    def set_overrides(self, changes: dict[str, Override | None]) -> None:
+        """New shares for some destinations (None: back to the path alone),
+        one batched change.  A cut destination keeps its override for when
+        it is restored."""
+        batch: dict[str, dict[str, object]] = {}
+        for dst, override in changes.items():
+            if override is None or override == Override():
+                self.overrides.pop(dst, None)
+            else:
+                self.overrides[dst] = override
+            path = self.shaped.get(dst)
+            if path is None or dst in self.cut:
+                continue
+            diff = self._diff(dst, path)
+            if diff:
+                batch[self.ip_of[dst]] = diff
+        if batch:
+            self.tree.change_many(batch)
+
+    def effective(self, dst: str) -> dict[str, object] | None:
+        """The fields dst's class holds now (None: cut or a placeholder)."""
+        if dst in self.cut or self.shaped.get(dst) is None:
+            return None
+        return dict(self._in_tree[dst])
 
     def configured(self) -> dict[str, Path | None]:
         """dst instance -> the path in force (None: cut)."""

@@ -1,21 +1,26 @@
 """The flow-metadata message the emulation managers exchange over Aeron.
 
-Wire format, version 1, big-endian, 16-byte header then one record per flow:
+Wire format, version 2, big-endian, 16-byte header then one record per flow:
 
     offset size field
     0      2    magic          b"CX"
-    2      1    version        1
+    2      1    version        2
     3      1    flags          bit 0: link ids take 2 bytes (topology > 255 links);
                                other bits reserved, must be 0
     4      4    experiment     tag of the collapsed topology (foreign runs differ)
     8      2    sender_id      the emulation core (instance) that sends
     10     4    sequence       per sender, +1 per message, wraps
     14     2    flow_count
-    16     ...  flow records:  rate u32 (kbit/s), n_links u8 (>= 1), link ids
+    16     ...  flow records:  rate u32 (kbit/s), path u8, link ids
+                               path: bit 7 saturated, bits 0-6 n_links (1..127)
 
 A flow is named by the links its path crosses (the receiver knows their delays,
 so it derives the RTT itself); rates travel in kbit/s so a record is 5 bytes
-plus one (or two) per link, as in Kollaps.  Decoding is strict: any length,
+plus one (or two) per link, as in Kollaps.  `saturated` (version 2) says the
+flow uses (nearly) all the rate it is allowed, so it would take more: every
+manager must feed the model the same demands to reach the same shares, and
+only the sender can tell a flow held back by its shaper from one that sends
+less than it may.  Decoding is strict: any length,
 magic, version, flag, tag or link id that does not add up is rejected, and the
 `Inbox` drops and counts it rather than letting it reach the model.
 
@@ -37,10 +42,12 @@ from typing import Iterable, Mapping
 from ..errors import CollapsarError
 
 MAGIC = b"CX"
-VERSION = 1
+VERSION = 2
 FLAG_WIDE_LINK_IDS = 0x01
 HEADER = struct.Struct(">2sBBIHIH")
 RECORD = struct.Struct(">IB")
+SATURATED_BIT = 0x80
+MAX_PATH_LINKS = 0x7F
 NARROW_LINK_LIMIT = 255  # at most this many links: one byte per link id
 MAX_RATE_KBPS = 0xFFFF_FFFF
 MAX_FLOWS = 0xFFFF
@@ -64,7 +71,8 @@ class MalformedMessage(MetadataError):
 @dataclass(frozen=True)
 class FlowReport:
     link_ids: tuple[int, ...]
-    rate_bps: int
+    rate_bps: int  # measured: what the flow offered over the last window
+    saturated: bool = False  # it sends at (nearly) its allowed rate: it wants more
 
 
 @dataclass(frozen=True)
@@ -103,16 +111,19 @@ class Codec:
         return b"".join(parts)
 
     def _encode_flow(self, flow: FlowReport) -> bytes:
-        if not 1 <= len(flow.link_ids) <= 255:
-            raise MetadataError(f"a flow crosses 1..255 links, got {len(flow.link_ids)}")
+        if not 1 <= len(flow.link_ids) <= MAX_PATH_LINKS:
+            raise MetadataError(f"a flow crosses 1..{MAX_PATH_LINKS} links, got {len(flow.link_ids)}")
         for link_id in flow.link_ids:
             if not 0 <= link_id < self.link_count:
                 raise MetadataError(f"link id {link_id} outside 0..{self.link_count - 1}")
+        if len(set(flow.link_ids)) != len(flow.link_ids):
+            raise MetadataError(f"a path crosses each link once, got link ids {flow.link_ids}")
         rate_kbps = (flow.rate_bps + 500) // 1000
         if not 0 <= rate_kbps <= MAX_RATE_KBPS:
             raise MetadataError(f"rate_bps {flow.rate_bps} does not fit in 32 bits of kbit/s")
         ids = struct.pack(f">{len(flow.link_ids)}{'H' if self.wide else 'B'}", *flow.link_ids)
-        return RECORD.pack(rate_kbps, len(flow.link_ids)) + ids
+        path = len(flow.link_ids) | (SATURATED_BIT if flow.saturated else 0)
+        return RECORD.pack(rate_kbps, path) + ids
 
     def decode(self, data: bytes | bytearray | memoryview) -> Message:
         data = bytes(data)
@@ -134,8 +145,9 @@ class Codec:
         for index in range(count):
             if offset + RECORD.size > len(data):
                 raise MalformedMessage("truncated", f"flow {index} of {count} starts past the end ({len(data)} bytes)")
-            rate_kbps, n_links = RECORD.unpack_from(data, offset)
+            rate_kbps, path = RECORD.unpack_from(data, offset)
             offset += RECORD.size
+            n_links = path & MAX_PATH_LINKS
             if n_links == 0:
                 raise MalformedMessage("empty-path", f"flow {index} crosses no link")
             end = offset + n_links * self.id_size
@@ -145,7 +157,9 @@ class Codec:
             offset = end
             if max(link_ids) >= self.link_count:
                 raise MalformedMessage("link-id", f"flow {index}: link id {max(link_ids)} >= {self.link_count}")
-            flows.append(FlowReport(link_ids, rate_kbps * 1000))
+            if len(set(link_ids)) != n_links:  # a path never crosses a link twice
+                raise MalformedMessage("repeated-link", f"flow {index}: link ids {link_ids} repeat")
+            flows.append(FlowReport(link_ids, rate_kbps * 1000, bool(path & SATURATED_BIT)))
         if offset != len(data):
             raise MalformedMessage("trailing", f"{len(data) - offset} bytes after {count} flows")
         return Message(sender, sequence, tuple(flows))

@@ -260,3 +260,54 @@ def _flow_loss(a: _Arrays, link_loss: np.ndarray) -> np.ndarray:
     survive = np.ones(a.n_flows)
     np.multiply.at(survive, a.inc_flow, 1.0 - link_loss[a.inc_link])
     return 1.0 - survive
+
+
+def congestion_loss(flows: Sequence[Flow], offered_bps: Mapping[FlowId, int],
+                    allowed_bps: Mapping[FlowId, int | None], link_rate_bps: Mapping[LinkId, int | None],
+                    tolerance: float = 0.0) -> tuple[dict[LinkId, float], dict[FlowId, float]]:
+    """The loss that brings every oversubscribed link back to its capacity.
+
+    A link is oversubscribed when its flows *offer* more than it carries
+    (`offered_bps`: the measured rates, not the model's demands).  Its excess
+    is charged to the flows that send above their allowed rate, in
+    proportion to their excess: a flow within its share is not what
+    overloads the link (as under fair queueing), so an unresponsive UDP
+    sender cannot make a TCP flow that keeps to its share lose packets.
+    When no flow is above its allowance (the model lent spare capacity and a
+    flow grew back into it) the excess is charged to all, drop-tail style.
+    A flow's losses on several such links compound.
+
+    `tolerance` is the measurement noise to forgive: a link counts as
+    oversubscribed above (1 + tolerance) x its capacity, and a flow is above
+    its share only beyond (1 + tolerance) x its allowed rate (a TCP flow's
+    windowed rate overshoots its class by a few percent in its sawtooth).
+
+    Returns (link id -> (offered - capacity) / offered, flow id -> loss)."""
+    on_link: dict[LinkId, list[Flow]] = {}
+    for flow in flows:
+        for link_id in flow.link_ids:
+            on_link.setdefault(link_id, []).append(flow)
+    link_loss: dict[LinkId, float] = {}
+    keep: dict[FlowId, float] = {}
+    for link_id, members in on_link.items():
+        capacity = link_rate_bps.get(link_id)
+        offered = sum(offered_bps.get(f.flow_id, 0) for f in members)
+        if capacity is None or offered <= capacity * (1 + tolerance):
+            continue
+        excess = offered - capacity
+        link_loss[link_id] = excess / offered
+        over = {f.flow_id: max(0, offered_bps.get(f.flow_id, 0)
+                               - (allowed_bps.get(f.flow_id) or math.inf) * (1 + tolerance))
+                for f in members}
+        total_over = sum(over.values())
+        for flow in members:
+            sent = offered_bps.get(flow.flow_id, 0)
+            if sent <= 0:
+                continue
+            if total_over > 0:
+                loss = over[flow.flow_id] * min(1.0, excess / total_over) / sent
+            else:
+                loss = excess / offered
+            if loss > 0:
+                keep[flow.flow_id] = keep.get(flow.flow_id, 1.0) * (1.0 - loss)
+    return link_loss, {fid: 1.0 - k for fid, k in keep.items()}

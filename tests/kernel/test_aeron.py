@@ -204,3 +204,30 @@ def test_unbuilt_aeron_names_the_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("COLLAPSAR_AERON_HOME", str(tmp_path))
     with pytest.raises(EnvironmentProblem, match="fix: run scripts/build-aeron.sh"):
         aeron_home()
+
+
+def test_driver_dies_with_the_manager_that_started_it(tmp_path):
+    # A manager killed by SIGKILL cannot stop its driver: the driver gets
+    # SIGTERM from the kernel (PR_SET_PDEATHSIG), shuts down, removes its dir.
+    aeron_dir = shm_dir("orphan")
+    starter = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from collapsar.manager.aeron_driver import MediaDriver
+        driver = MediaDriver({aeron_dir!r}, log_path={str(tmp_path / 'driver.log')!r})
+        driver.start()
+        print(driver.pid, flush=True)
+        time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(starter.stdout.readline())
+        assert os.path.exists(f"/proc/{pid}")
+        starter.kill()
+        starter.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists(aeron_dir):
+            time.sleep(0.05)
+        assert not os.path.exists(aeron_dir), "the driver outlived its manager"
+        assert "Shutting down driver" in (tmp_path / "driver.log").read_text()
+    finally:
+        starter.kill()
+        starter.wait()

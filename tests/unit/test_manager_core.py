@@ -4,7 +4,7 @@ change becomes."""
 import pytest
 
 from collapsar.errors import CollapsarError
-from collapsar.manager.core import EmulationCore, needs_netem
+from collapsar.manager.core import EmulationCore, Override, needs_netem
 
 from test_manager_fakes import FakeTree, path
 
@@ -94,3 +94,39 @@ def test_needs_netem_only_for_delay_jitter_or_loss():
     assert needs_netem([path("a", "b"), path("b", "a", delay_us=1)])
     assert needs_netem([path("a", "b", loss_ratio=0.01)])
     assert not needs_netem([])
+
+
+# ---- overrides from bandwidth sharing ---------------------------------------------
+
+def test_override_narrows_rate_and_compounds_loss_then_clears():
+    core = make_core(netem=True)
+    core.install({"b": path("a", "b", delay_us=1000, loss_ratio=0.1), "c": path("a", "c", delay_us=1000)})
+    core.set_overrides({"b": Override(4_000_000, 0.5), "c": Override(20_000_000)})
+    # c's share is above its path's 10 Mbit/s: the path still caps it, nothing to change.
+    assert core.tree.calls[-1] == ("change_many", {"10.77.0.3": {"rate_bps": 4_000_000, "loss_ratio": 0.55}})
+    assert core.configured()["b"].rate_bps == 10_000_000  # the configured path is kept
+    core.set_overrides({"b": None})
+    assert core.tree.calls[-1] == ("change_many", {"10.77.0.3": {"rate_bps": 10_000_000, "loss_ratio": 0.1}})
+    assert core.overrides == {"c": Override(20_000_000)}
+
+
+def test_path_change_under_an_override_keeps_the_share():
+    core = make_core(netem=True)
+    core.install({"b": path("a", "b", delay_us=1000)})
+    core.set_overrides({"b": Override(4_000_000)})
+    core.apply({"b": path("a", "b", delay_us=3000, rate_bps=2_000_000)})
+    assert core.tree.calls[-1] == ("change_many", {"10.77.0.3": {"delay_us": 3000, "rate_bps": 2_000_000}})
+    core.apply({"b": path("a", "b", delay_us=3000, rate_bps=50_000_000)})
+    assert core.tree.calls[-1] == ("change_many", {"10.77.0.3": {"rate_bps": 4_000_000}})
+    assert core.effective("b")["rate_bps"] == 4_000_000
+
+
+def test_override_of_a_cut_destination_waits_for_its_restore():
+    core = make_core(netem=False)
+    core.install({"b": path("a", "b")})
+    core.apply({"b": None})
+    calls = len(core.tree.calls)
+    core.set_overrides({"b": Override(3_000_000, 0.2)})  # no netem: the loss is not applied
+    assert len(core.tree.calls) == calls and core.effective("b") is None
+    core.apply({"b": path("a", "b")})
+    assert core.tree.calls[-2:] == [("restore", "10.77.0.3"), ("change_many", {"10.77.0.3": {"rate_bps": 3_000_000}})]

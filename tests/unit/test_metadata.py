@@ -29,7 +29,7 @@ def sample():
 def test_exact_bytes_narrow_ids():
     data = codec().encode(sample())
     assert data.hex() == (
-        "4358" "01" "00" "c0ffee01" "0007" "0000002a" "0002"  # magic, version, flags, tag, sender, seq, count
+        "4358" "02" "00" "c0ffee01" "0007" "0000002a" "0002"  # magic, version, flags, tag, sender, seq, count
         "00004e20" "03" "010203"                             # 20000 kbit/s over links 1, 2, 3
         "000005dc" "01" "05")                                # 1500 kbit/s over link 5
     assert len(data) == 16 + 8 + 6
@@ -37,7 +37,7 @@ def test_exact_bytes_narrow_ids():
 
 def test_exact_bytes_wide_ids():
     data = codec(links=300).encode(Message(1, 0, (FlowReport((299, 7), 1000),)))
-    assert data.hex() == "4358" "01" "01" "c0ffee01" "0001" "00000000" "0001" "00000001" "02" "012b" "0007"
+    assert data.hex() == "4358" "02" "01" "c0ffee01" "0001" "00000000" "0001" "00000001" "02" "012b" "0007"
 
 
 def test_round_trip_and_size():
@@ -45,6 +45,15 @@ def test_round_trip_and_size():
     data = c.encode(sample())
     assert c.decode(data) == sample()
     assert c.encoded_size(sample().flows) == len(data)
+
+
+def test_saturated_flag_rides_in_the_top_bit_of_the_path_byte():
+    c = codec()
+    data = c.encode(Message(2, 3, (FlowReport((4, 5), 8_000, saturated=True), FlowReport((6,), 8_000))))
+    assert data[16 + 4] == 0x82 and data[16 + 7 + 4] == 0x01
+    assert [f.saturated for f in c.decode(data).flows] == [True, False]
+    with pytest.raises(MetadataError, match="a flow crosses 1..127 links, got 128"):
+        Codec(TAG, 300).encode(Message(1, 0, (FlowReport(tuple(range(128)), 1),)))
 
 
 def test_rates_travel_in_whole_kbit_per_second():
@@ -60,8 +69,9 @@ def test_sequence_wraps_at_32_bits():
 
 @pytest.mark.parametrize("message,text", [
     (Message(70000, 0, ()), "sender_id must fit in 16 bits, got 70000"),
-    (Message(1, 0, (FlowReport((), 1),)), "a flow crosses 1..255 links, got 0"),
+    (Message(1, 0, (FlowReport((), 1),)), "a flow crosses 1..127 links, got 0"),
     (Message(1, 0, (FlowReport((40,), 1),)), "link id 40 outside 0..39"),
+    (Message(1, 0, (FlowReport((3, 4, 3), 1),)), r"a path crosses each link once, got link ids \(3, 4, 3\)"),
     (Message(1, 0, (FlowReport((1,), 1 << 45),)), "does not fit in 32 bits of kbit/s"),
     (Message(1, 0, (FlowReport((1,), -1000),)), "does not fit in 32 bits of kbit/s"),
 ])
@@ -85,7 +95,7 @@ REJECTS = [
     (bytes(_good()[:15]), "short"),
     (_patched(0, ">2s", b"XX"), "foreign"),
     (_patched(4, ">I", 0xDEADBEEF), "foreign"),
-    (_patched(2, ">B", 2), "version"),
+    (_patched(2, ">B", 1), "version"),
     (_patched(3, ">B", 0x80), "flags"),
     (_patched(3, ">B", 0x01), "flags"),          # wide ids in a 40-link topology
     (_patched(14, ">H", 3), "truncated"),        # claims a third flow
@@ -93,6 +103,7 @@ REJECTS = [
     (_patched(20, ">B", 0), "empty-path"),
     (_patched(20, ">B", 15), "truncated"),
     (_patched(21, ">B", 40), "link-id"),
+    (_patched(21, ">B", 2), "repeated-link"),
     (bytes(_good()) + b"\x00", "trailing"),
     (bytes(_good()[:-1]), "truncated"),
 ]
@@ -128,15 +139,16 @@ def test_inbox_drops_own_duplicates_and_late_but_accepts_a_restarted_sender():
 
 flows_strategy = st.lists(st.builds(
     FlowReport,
-    st.lists(st.integers(0, 299), min_size=1, max_size=8).map(tuple),
-    st.integers(0, 4_000_000_000).map(lambda kbps: kbps * 1000)), max_size=30)
+    st.lists(st.integers(0, 299), min_size=1, max_size=8, unique=True).map(tuple),
+    st.integers(0, 4_000_000_000).map(lambda kbps: kbps * 1000), st.booleans()), max_size=30)
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.integers(1, 65535), st.integers(0, 0xFFFF), st.integers(0, 0xFFFF_FFFF), flows_strategy)
 def test_round_trip_any_message(links, sender, sequence, flows):
     c = Codec(TAG, links)
-    flows = [FlowReport(tuple(i % links for i in f.link_ids), f.rate_bps) for f in flows]
+    flows = [FlowReport(tuple(dict.fromkeys(i % links for i in f.link_ids)), f.rate_bps, f.saturated)
+             for f in flows]  # ids folded into range, repeats dropped: a path crosses a link once
     message = Message(sender, sequence, tuple(flows))
     data = c.encode(message)
     assert c.decode(data) == message
@@ -169,10 +181,12 @@ def test_every_single_byte_mutation_and_truncation_decodes_or_drops():
                 # What still decodes re-encodes to the very same bytes: nothing was guessed.
                 assert codec().encode(message) == candidate
     # Exactly these decode: any value in the sender, sequence and both rates
-    # (2 + 4 + 4 + 4 bytes x 256), an in-range id in the 4 link bytes (40 each),
-    # and the unchanged value of the 12 other bytes (magic, version, flags, tag,
-    # flow count, path lengths); no truncation ever does.
-    assert decoded == (2 + 4 + 4 + 4) * 256 + 4 * 40 + 12
+    # (2 + 4 + 4 + 4 bytes x 256), an in-range id in the 4 link bytes (40 for
+    # the one-link flow, 38 for each id of the three-link flow: no repeats),
+    # the unchanged value of the 12 other bytes (magic, version, flags, tag,
+    # flow count, path lengths), and the saturated bit set in either path
+    # byte (2); no truncation ever does.
+    assert decoded == (2 + 4 + 4 + 4) * 256 + 40 + 3 * 38 + 12 + 2
 
 
 def fuzz_one(data: bytes) -> None:

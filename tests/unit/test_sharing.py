@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collapsar.manager.sharing import Flow, SharingInputError, share
+from collapsar.manager.sharing import Flow, SharingInputError, share, congestion_loss
 
 M = 1_000_000
 GREEDY = 100 * M  # a demand above every capacity in the tables
@@ -159,3 +159,42 @@ def test_order_of_flows_does_not_matter():
     again = share(flows, links)
     assert again.rate_bps == expected.rate_bps
     assert again.link_loss_ratio == pytest.approx(expected.link_loss_ratio)
+
+
+# ---- congestion loss charged to the flows above their share ----------------------
+
+def test_congestion_loss_spares_a_flow_within_its_share():
+    flows = [flow("u1", [7], 10), flow("u2", [7], 10), flow("t", [7], 10)]
+    allowed = {"u1": 10 * M, "u2": 10 * M, "t": 10 * M}
+    # Two UDP senders offer 20 each, TCP keeps to its 10: 50 on 30, 20 too many.
+    links, loss = congestion_loss(flows, {"u1": 20 * M, "u2": 20 * M, "t": 10 * M}, allowed, {7: 30 * M})
+    assert links == pytest.approx({7: 0.4})
+    assert loss == pytest.approx({"u1": 0.5, "u2": 0.5})
+
+
+def test_congestion_loss_drop_tail_when_nobody_is_above_its_share():
+    flows = [flow("a", [1], 10), flow("b", [1], 10)]
+    links, loss = congestion_loss(flows, {"a": 12 * M, "b": 12 * M}, {"a": 15 * M, "b": 15 * M}, {1: 20 * M})
+    assert links == pytest.approx({1: 1 / 6}) and loss == pytest.approx({"a": 1 / 6, "b": 1 / 6})
+
+
+def test_congestion_loss_compounds_and_ignores_unlimited_links():
+    flows = [flow("f", [1, 2, 3], 10), flow("g", [1], 10), flow("h", [2], 10)]
+    offered = {"f": 20 * M, "g": 20 * M, "h": 20 * M}
+    allowed = {"f": 10 * M, "g": 10 * M, "h": 10 * M}
+    links, loss = congestion_loss(flows, offered, allowed, {1: 30 * M, 2: 20 * M, 3: None})
+    # link 1: 10 too many, f and g 10 over each: 5/20 each; link 2: 20 too many: 10/20 each.
+    assert links == pytest.approx({1: 0.25, 2: 0.5})
+    assert loss == pytest.approx({"f": 1 - 0.75 * 0.5, "g": 0.25, "h": 0.5})
+    assert congestion_loss(flows, {"f": M, "g": M, "h": M}, allowed, {1: 30 * M, 2: 20 * M, 3: None}) == ({}, {})
+
+
+def test_congestion_loss_forgives_measurement_noise():
+    flows = [flow("u", [7], 10), flow("t", [7], 10)]
+    allowed = {"u": 10 * M, "t": 10 * M}
+    # t overshoots its class by 5% (TCP's sawtooth in a window): not charged.
+    links, loss = congestion_loss(flows, {"u": 20 * M, "t": 10_500_000}, allowed, {7: 20 * M}, tolerance=0.1)
+    assert links == pytest.approx({7: 10.5 / 30.5})
+    assert loss == pytest.approx({"u": 9 / 20})  # over 11 by 9, 10.5 too many in all: all 9 charged
+    # 5% over capacity in all is noise too: no loss anywhere.
+    assert congestion_loss(flows, {"u": 10_500_000, "t": 10_500_000}, allowed, {7: 20 * M}, tolerance=0.1) == ({}, {})

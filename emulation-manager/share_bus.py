@@ -1,0 +1,118 @@
+"""What one manager says and hears about flows: the metadata bus.
+
+Each emulation core this manager owns is a sender (sender id = the
+instance's index in the run's instance order, which every manager derives
+from the same experiment file).  Per core, `SendPolicy` decides when its
+flows go out (on change, else a heartbeat); what arrives is decoded by one
+`Inbox` (malformed, foreign, own and stale messages are dropped and
+counted) and kept by `PeerFlows`, which forgets senders silent for
+`expiry_periods`.
+
+The transport is anything with `offer(bytes) -> int` and `poll() ->
+list[bytes]`: `aeron.Transport` in a run (see `open_aeron`), a list in unit
+tests.  Channels: `aeron:ipc` reaches the other managers that share this
+host's media driver, one `aeron:udp` publication per peer manager reaches
+the others, and one UDP subscription on `listen` hears them.  The metadata
+travels between hosts or on the host's loopback, never through an emulated
+(shaped) path.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import Callable, Iterable, Mapping, Protocol
+
+from .metadata import Codec, FlowReport, Inbox, Message, PeerFlows, SendPolicy
+
+STREAM_ID = 1006  # issue 6
+
+
+class Wire(Protocol):
+    def offer(self, payload: bytes) -> int: ...
+    def poll(self) -> list[bytes]: ...
+
+
+@dataclass
+class BusCounters:
+    sent_messages: int = 0
+    sent_bytes: int = 0
+    unsent_messages: int = 0  # offered while no subscriber was connected
+    expired_senders: int = 0
+    received_bytes: int = 0
+    dropped: Counter = field(default_factory=Counter)
+
+
+class MetadataBus:
+    def __init__(self, codec: Codec, sender_ids: Mapping[str, int], wire: Wire | None, *,
+                 heartbeat_periods: int = 4, change_ratio: float = 0.10, expiry_periods: int = 12):
+        self.codec = codec
+        self.sender_ids = dict(sender_ids)
+        self.wire = wire
+        self.inbox = Inbox(codec, own_sender_ids=self.sender_ids.values())
+        self.peers = PeerFlows(expiry_periods)
+        self.counters = BusCounters(dropped=self.inbox.dropped)
+        self._policy = {name: SendPolicy(heartbeat_periods, change_ratio) for name in self.sender_ids}
+        self._sequence = {name: 0 for name in self.sender_ids}
+
+    def publish(self, period: int, flows_by_core: Mapping[str, Iterable[FlowReport]]) -> None:
+        """Send each owned core's flows if its policy says so (a core with no
+        active flow sends an empty list: that is how a stop is announced)."""
+        if self.wire is None:
+            return
+        for name in self.sender_ids:
+            reports = tuple(flows_by_core.get(name, ()))
+            # The saturated bit is part of what the others compute with: a flip is a change.
+            key = {(f.link_ids, f.saturated): f.rate_bps for f in reports}
+            if not self._policy[name].should_send(key, period):
+                continue
+            self._sequence[name] += 1
+            payload = self.codec.encode(Message(self.sender_ids[name], self._sequence[name], reports))
+            taken = self.wire.offer(payload)
+            self.counters.sent_messages += 1
+            self.counters.sent_bytes += len(payload)
+            if not taken:
+                self.counters.unsent_messages += 1
+
+    def receive(self, period: int) -> dict[int, tuple[FlowReport, ...]]:
+        """Take in what arrived; sender id -> its latest flows (expired ones gone)."""
+        if self.wire is not None:
+            for data in self.wire.poll():
+                self.counters.received_bytes += len(data)
+                message = self.inbox.accept(data)
+                if message is not None:
+                    self.peers.update(message, period)
+        self.counters.expired_senders += len(self.peers.expire(period))
+        return self.peers.flows()
+
+    def status(self) -> dict:
+        c = self.counters
+        return {"sent_messages": c.sent_messages, "sent_bytes": c.sent_bytes,
+                "unsent_messages": c.unsent_messages, "received_bytes": c.received_bytes,
+                "accepted_messages": self.inbox.accepted, "dropped_messages": dict(c.dropped),
+                "expired_senders": c.expired_senders, "peers_heard": len(self.peers.flows())}
+
+
+def open_aeron(aeron_dir: str | FsPath, *, listen: str | None, peers: Iterable[str],
+               prefix: tuple[str, ...] = (), log_path: str | FsPath | None = None,
+               on_driver_lost: Callable[[str], None] | None = None, driver_timeout_ms: int | None = None):
+    """Start this manager's media driver and the channels of the bus; returns
+    the `aeron.Transport` (restarts a lost driver and re-adds the channels)."""
+    from .aeron import DRIVER_TIMEOUT_MS, Transport, ipc_channel, udp_channel
+    from .aeron_driver import MediaDriver
+
+    transport = Transport(MediaDriver(aeron_dir, prefix=prefix, log_path=log_path),
+                          on_driver_lost=on_driver_lost, driver_timeout_ms=driver_timeout_ms or DRIVER_TIMEOUT_MS)
+    transport.start()
+    try:
+        transport.add("publication", ipc_channel(), STREAM_ID)
+        transport.add("subscription", ipc_channel(), STREAM_ID)
+        for peer in peers:
+            transport.add("publication", udp_channel(peer), STREAM_ID)
+        if listen:
+            transport.add("subscription", udp_channel(listen), STREAM_ID)
+    except Exception:
+        transport.close()
+        raise
+    return transport

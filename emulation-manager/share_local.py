@@ -1,0 +1,142 @@
+"""Bandwidth sharing inside a local run: the ShareLoop bound to a LocalRun.
+
+`LocalSharing` is what local.py creates at bring-up, ticks every period and
+closes at teardown.  It owns every instance of the run (one manager), starts
+this host's Aeron media driver (its dir in /dev/shm, its log in the run
+directory; it gets SIGTERM when the manager dies, even by SIGKILL:
+aeron_driver.py) and publishes on `aeron:ipc`, where other managers sharing this
+host's driver would hear it; a lost driver is reported on the run's output
+and in the status, restarted, and the channels re-added (aeron.Transport).
+Where Aeron is not built, sharing still works among this manager's own
+instances and says once that it cannot talk to other managers.
+
+The experiment tag on the wire is a CRC of the experiment file's bytes, so
+managers fed the same file agree on it and any other run's messages are
+dropped as foreign.
+
+Environment variables serve measurements (bench/sharing_bench.py
+--convergence), not users: COLLAPSAR_SHARE_<FIELD> overrides a
+`ShareSettings` field (e.g. COLLAPSAR_SHARE_INCREASE_GAIN=0.5), and
+COLLAPSAR_SHARE_TRACE names a file that gets one JSON line per period with
+every active flow's measured and allowed rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import zlib
+from pathlib import Path as FsPath
+from typing import Callable
+
+from ..errors import CollapsarError
+from .metadata import Codec
+from .share_bus import MetadataBus, open_aeron
+from .share_loop import ShareLoop, ShareSettings
+from .sharing import Flow, share
+
+
+def experiment_tag(source: str) -> int:
+    try:
+        return zlib.crc32(FsPath(source).read_bytes())
+    except OSError:
+        return zlib.crc32(source.encode())
+
+
+def link_count(state) -> int:
+    return max(1, max(state.links, default=0) + 1)
+
+
+class LocalSharing:
+    def __init__(self, run, say: Callable[[str], None], settings: ShareSettings = ShareSettings(),
+                 aeron: bool = True):
+        self.run = run
+        self._say = say
+        first = run.timeline.steps[0].state
+        sender_ids = {name: index for index, name in enumerate(run.instances)}
+        codec = Codec(experiment_tag(run.experiment.source), link_count(first))
+        self.transport = None
+        self.aeron_problem: str | None = None
+        self.lost: list[str] = []  # one line per media driver lost
+        if aeron:
+            try:
+                # tmpfs: Aeron maps its files shared, which a run directory on a
+                # 9p share (--vm) does not support.  The driver removes the dir
+                # when it stops, also when the manager dies (aeron_driver.py).
+                self.transport = open_aeron(
+                    f"/dev/shm/collapsar-{run.run_id}-aeron", listen=None, peers=(),
+                    log_path=run.rundir.path / "aeron-driver.log", on_driver_lost=self._driver_lost,
+                    # A driver that exits is seen at once (its pid); one that hangs after
+                    # 10 s, not 2: a loaded host or an emulated VM can stall a keepalive.
+                    driver_timeout_ms=10_000)
+            except (CollapsarError, OSError) as error:  # not built, no /dev/shm room, ...
+                self.aeron_problem = str(error).splitlines()[0]
+                say(f"warning: no Aeron metadata bus ({self.aeron_problem}); sharing among this "
+                    f"manager's instances only")
+        self.bus = MetadataBus(codec, sender_ids, self.transport)
+        self.loop = ShareLoop(run.instances, run.cores, self.bus, netem=run.netem,
+                              settings=self.settings_from_env(settings),
+                              apply=self._apply, configured=self._configured,
+                              sender_names={i: n for n, i in sender_ids.items()})
+        # The first model run pays numpy's one-time costs (seconds on a VM's
+        # emulated CPUs): pay them now, before t=0, not when the first flows start.
+        share([Flow("warm-up", (0,), 1000, None, 1)], {0: 1_000_000})
+        trace = os.environ.get("COLLAPSAR_SHARE_TRACE")
+        self._trace = open(trace, "a") if trace else None
+
+    @staticmethod
+    def settings_from_env(settings: ShareSettings = ShareSettings()) -> ShareSettings:
+        changes = {}
+        for field in dataclasses.fields(ShareSettings):
+            text = os.environ.get(f"COLLAPSAR_SHARE_{field.name.upper()}")
+            if text:
+                kind = type(getattr(settings, field.name))
+                try:
+                    changes[field.name] = kind(text)
+                except ValueError:
+                    raise CollapsarError(f"COLLAPSAR_SHARE_{field.name.upper()}={text}: expected "
+                                         f"{kind.__name__}") from None
+        return dataclasses.replace(settings, **changes)
+
+    def _driver_lost(self, problem: str) -> None:
+        self.lost.append(problem)
+        self._say(f"warning: sharing: {problem}; restarting the Aeron media driver")
+
+    def _apply(self, src: str, changes) -> None:
+        with self.run._paths_lock:  # the timeline thread changes the same cores
+            self.run.cores[src].set_overrides(changes)
+
+    def _configured(self, src: str):
+        with self.run._paths_lock:
+            return self.run.cores[src].configured()
+
+    def tick(self, now_us: int) -> None:
+        wire = {(f["src"], f["dst"]): f["wire_bytes"] for f in self.run.meter.flows()}
+        self.loop.tick(time.monotonic_ns(), wire, self.run.timeline.state_at(max(0, now_us)))
+        if self._trace is not None:
+            flows = [{k: f[k] for k in ("src", "dst", "measured_bps", "allowed_bps", "share_bps",
+                                        "congestion_loss_ratio")}
+                     for f in self.loop.last["flows"] if f["local"]]
+            self._trace.write(json.dumps({"t_us": now_us, "period": self.loop.period, "flows": flows}) + "\n")
+
+    def status(self) -> dict:
+        status = self.loop.status()
+        status["aeron"] = {"running": self.transport is not None, "problem": self.aeron_problem,
+                           "driver_restarts": len(self.lost), "driver_problems": list(self.lost[-5:]),
+                           "driver_pid": self.transport.driver.pid if self.transport else None}
+        return status
+
+    def close(self) -> None:
+        meta = self.bus.status()
+        dropped = sum(n for reason, n in meta["dropped_messages"].items() if reason != "own")
+        self._say(f"sharing: {self.loop.period} periods, metadata sent {meta['sent_messages']} messages "
+                  f"({meta['sent_bytes']} bytes), accepted {meta['accepted_messages']}, dropped {dropped}, "
+                  f"driver restarts {len(self.lost)}")
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None

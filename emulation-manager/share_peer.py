@@ -1,0 +1,216 @@
+"""One manager of a multi-manager experiment, with synthetic traffic.
+
+    python -m collapsar.manager.share_peer FILE --own a,ra --wants a:ra=50M \
+        --listen 10.0.0.1:40100 --peer 10.0.0.2:40100 --aeron-dir DIR --duration 4
+
+Each manager owns a subset of the experiment's instances, runs its own media
+driver and `ShareLoop`, and talks `aeron:udp` to its peers; this is the
+shape the Docker/Swarm mode takes (one manager per node owning that node's
+containers, peers given by address, no broadcast).  What is synthetic here
+is only the traffic: each owned flow sends min(what it wants, what its class
+allows) per period into in-memory counters, and the classes live in a
+`MemoryTree` instead of the kernel.  So several managers on one machine can
+be checked to agree with one manager that owns everything (the distributed
+algorithm and its transport, not the kernel), and a media driver can be
+killed under them.
+
+Output: JSON lines on stdout: {"driver_pid": N} once Aeron is up, one
+{"driver_lost": ...} per loss, and at the end {"rates": {"a>ra": bps},
+"status": ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import subprocess
+import sys
+import time
+
+from ..parser import parse_file
+from ..tcal.plan import Shaping
+from ..timeline import build_timeline
+from ..units import parse_rate_bps
+from .core import EmulationCore
+from .experiment import all_instances, paths_from
+from .metadata import Codec
+from .share_bus import MetadataBus, open_aeron
+from .share_local import experiment_tag, link_count
+from .share_loop import ShareLoop, ShareSettings
+
+
+class MemoryTree:
+    """The TcTree calls a core makes, kept in memory (no kernel)."""
+
+    def __init__(self, ifname: str, netns: str | None = None, wire_overhead: bool = True, netem: bool = True):
+        self.shapings: dict[str, Shaping] = {}
+        self.cut_ips: set[str] = set()
+
+    def setup(self, shapings) -> None:
+        self.shapings = {s.dst_ip: s for s in shapings}
+
+    def add(self, shaping) -> None:
+        self.shapings[shaping.dst_ip] = shaping
+
+    def change_many(self, changes) -> None:
+        for ip, fields in changes.items():
+            self.shapings[ip] = dataclasses.replace(self.shapings[ip], **fields)
+
+    def cut(self, ip) -> None:
+        self.cut_ips.add(ip)
+
+    def restore(self, ip) -> None:
+        self.cut_ips.discard(ip)
+
+    def teardown(self) -> None:
+        self.shapings.clear()
+
+
+class SyntheticHost:
+    """The owned instances of one experiment on memory trees, and a plant
+    that turns each flow's wish into counter bytes every period."""
+
+    def __init__(self, path: str, owned: list[str], wants: dict[tuple[str, str], int], noise: float = 0.0):
+        experiment = parse_file(path)
+        self.timeline = build_timeline(experiment)
+        self.instances = all_instances(self.timeline)
+        unknown = sorted(set(owned) - set(self.instances))
+        if unknown:
+            raise SystemExit(f"{path}: no instance {', '.join(unknown)} (has {', '.join(self.instances)})")
+        first = self.timeline.steps[0].state
+        ips = {name: f"10.255.{i // 250}.{i % 250 + 2}" for i, name in enumerate(self.instances)}
+        self.cores = {}
+        for name in owned:
+            core = EmulationCore(name, "eth0", "-", ips, MemoryTree, Shaping, netem=True, wire_overhead=True)
+            core.install(paths_from(first, name, self.instances))
+            self.cores[name] = core
+        self.owned = owned
+        self.wants = {k: v for k, v in wants.items() if k[0] in owned}
+        self.sent = {k: 0 for k in self.wants}
+        self.noise = noise
+        self._rng = random.Random(1)
+        self.codec = Codec(experiment_tag(experiment.source), link_count(first))
+        self.sender_ids = {name: i for i, name in enumerate(self.instances)}
+
+    def rate(self, src: str, dst: str) -> int:
+        fields = self.cores[src].effective(dst)
+        return 0 if fields is None else fields["rate_bps"]
+
+    def advance(self, period_s: float) -> dict[tuple[str, str], int]:
+        for (src, dst), want in self.wants.items():
+            wobble = 1 - self.noise * self._rng.random() if self.noise else 1.0  # never above the class rate
+            self.sent[(src, dst)] += int(min(want, self.rate(src, dst)) * wobble * period_s / 8)
+        return dict(self.sent)
+
+
+class PeerNetwork:
+    """n network namespaces on one bridge (inside a hub namespace), for
+    managers that talk aeron:udp on one machine; `close()` deletes exactly
+    the namespaces made, by name."""
+
+    def __init__(self, tag: str, n: int, subnet_prefix: str = "10.231.0", port: int = 40106):
+        self.made: list[str] = []
+        self.members: list[tuple[str, str]] = []  # (netns, "ip:port")
+        try:
+            hub = f"{tag}h"
+            self._ip("netns", "add", hub)
+            self.made.append(hub)
+            self._ip("-n", hub, "link", "add", "br0", "type", "bridge")
+            self._ip("-n", hub, "link", "set", "br0", "up")
+            for i in range(n):
+                ns = f"{tag}m{i}"
+                self._ip("netns", "add", ns)
+                self.made.append(ns)
+                self._ip("-n", hub, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+                self._ip("-n", hub, "link", "set", f"v{i}", "master", "br0", "up")
+                self._ip("-n", ns, "addr", "add", f"{subnet_prefix}.{i + 1}/24", "dev", "eth0")
+                self._ip("-n", ns, "link", "set", "eth0", "up")
+                self._ip("-n", ns, "link", "set", "lo", "up")
+                self.members.append((ns, f"{subnet_prefix}.{i + 1}:{port}"))
+        except Exception:
+            self.close()
+            raise
+
+    @staticmethod
+    def _ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+    def tx_bytes(self, index: int) -> int:
+        ns = self.members[index][0]
+        out = subprocess.run(["ip", "netns", "exec", ns, "cat", "/sys/class/net/eth0/statistics/tx_bytes"],
+                             check=True, capture_output=True, text=True)
+        return int(out.stdout)
+
+    def argv(self, index: int, base_argv: list[str], aeron_dir: str) -> list[str]:
+        """`ip netns exec` + a share_peer command line that listens on this
+        member's address and publishes to every other member."""
+        ns, listen = self.members[index]
+        peers = [arg for j, (_, addr) in enumerate(self.members) if j != index for arg in ("--peer", addr)]
+        return ["ip", "netns", "exec", ns, *base_argv, "--listen", listen, *peers, "--aeron-dir", aeron_dir]
+
+    def close(self) -> None:
+        for ns in reversed(self.made):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self.made.clear()
+
+
+def _wants(texts: list[str]) -> dict[tuple[str, str], int]:
+    wants = {}
+    for text in texts:
+        pair, _, rate = text.partition("=")
+        src, _, dst = pair.partition(":")
+        if not (src and dst and rate):
+            raise SystemExit(f"--wants {text}: expected SRC:DST=RATE, e.g. a:ra=50Mbps")
+        wants[(src, dst)] = parse_rate_bps(rate)
+    return wants
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("file")
+    parser.add_argument("--own", required=True, help="Instances this manager owns, comma-separated")
+    parser.add_argument("--wants", action="append", default=[], help="SRC:DST=RATE, what a flow would send")
+    parser.add_argument("--listen", default=None, help="ip:port this manager's UDP subscription binds")
+    parser.add_argument("--peer", action="append", default=[], help="ip:port of another manager")
+    parser.add_argument("--aeron-dir", default=None, help="Media driver dir (omit: no Aeron, alone)")
+    parser.add_argument("--duration", type=float, default=4.0, help="Seconds to run")
+    parser.add_argument("--period", type=float, default=0.05, help="Seconds per period")
+    parser.add_argument("--noise", type=float, default=0.0,
+                        help="Each period a flow sends up to this fraction less (measurement wobble)")
+    args = parser.parse_args(argv)
+
+    def emit(record: dict) -> None:
+        print(json.dumps(record), flush=True)
+
+    host = SyntheticHost(args.file, [n for n in args.own.split(",") if n], _wants(args.wants), args.noise)
+    transport = None
+    if args.aeron_dir:
+        transport = open_aeron(args.aeron_dir, listen=args.listen, peers=args.peer,
+                               on_driver_lost=lambda problem: emit({"driver_lost": problem}))
+        emit({"driver_pid": transport.driver.pid})
+    bus = MetadataBus(host.codec, {n: host.sender_ids[n] for n in host.owned}, transport)
+    loop = ShareLoop(host.owned, host.cores, bus, netem=True, settings=ShareSettings(increase_gain=1.0))
+    try:
+        start = time.monotonic()
+        next_tick = start
+        while time.monotonic() - start < args.duration:
+            now_us = int((time.monotonic() - start) * 1e6)
+            # The plant's bytes follow the nominal period, so the loop's clock
+            # does too: a late tick must not read as a slower flow.
+            virtual_ns = int((loop.period + 1) * args.period * 1e9)
+            loop.tick(virtual_ns, host.advance(args.period), host.timeline.state_at(now_us))
+            next_tick += args.period
+            time.sleep(max(0.0, next_tick - time.monotonic()))
+        emit({"rates": {f"{s}:{d}": host.rate(s, d) for s, d in host.wants},
+              "status": {**loop.status(), "driver_restarts": len(transport.failures) if transport else 0,
+                         "driver_pid": transport.driver.pid if transport else None}})
+    finally:
+        if transport is not None:
+            transport.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
