@@ -25,6 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("collapsar.commands.import_xml", "Convert a Kollaps XML experiment to YAML"),
     "run": ("collapsar.commands.run", "Emulate an experiment on this host (local mode)"),
     "cleanup": ("collapsar.commands.cleanup", "Remove what a killed local run left behind"),
+    "check": ("collapsar.commands.check", "Check that this host's kernel can run experiments (or FILE)"),
+    "dashboard": ("collapsar.commands.dashboard", "Serve the web dashboard for running managers"),
+    "generate": ("collapsar.commands.generate", "Write a Docker Swarm stack or Compose file for an experiment"),
+    "manager": ("collapsar.commands.manager", "Run the emulation manager for Docker containers on this node"),
 }
 
 

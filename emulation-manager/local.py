@@ -13,7 +13,6 @@ order matters and is the whole point of this module:
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
@@ -28,13 +27,13 @@ from .addressing import NetworkPlan, new_run_id, plan_network
 from .core import EmulationCore, needs_netem
 from .experiment import all_instances, launches, paths_from, timeline_paths
 from .netns import HostNetwork
-from .player import Player
-from .report import flow_table
+from .control import AdHocLinks, local_control
+from .liveplayer import LivePlayer
 from .rundir import RunDir, RunLock, is_stale, list_runs, plan_cleanup, read_journal, state_dir
-from .scheduler import percentile
 from .status import StatusBoard, StatusServer
+from .topoview import live_view, topology_json
 from .supervisor import Launch, Supervisor
-from . import teardown
+from . import outputs, teardown
 from .throughput import Meter
 
 
@@ -45,6 +44,11 @@ class RunOptions:
     run_base: Path | None = None
     status_port: int | None = 0  # None: no status API
     grace_s: float = 5.0
+    wait_start: bool = False  # set up, then wait for POST /control/start
+    dashboard: Path | None = None  # built web page to serve at /dashboard/
+    source_text: str | None = None  # the topology as parsed (ad-hoc changes re-parse it)
+    probe_count: int = 0  # pings per pair before t=0 (0: no probe)
+    sharing: bool = True  # False: per-pair shaping only (share_local.py)
 
 
 class LocalRun:
@@ -69,12 +73,22 @@ class LocalRun:
         self._stop_reason: str | None = None
         self._paths_lock = threading.Lock()
         self.t0_ns: int | None = None
+        self.sharing = None  # share_local.LocalSharing once up, unless --no-sharing
 
     # ---- the Actuator the player drives --------------------------------------
 
     def set_paths(self, src, paths) -> None:
         with self._paths_lock:  # the status API reads the cores' paths meanwhile
             self.cores[src].apply(paths)
+        for dst in paths:
+            if dst != src:
+                self.meter.mark(src, dst, *self._configured_rate(src, dst))
+
+    def _configured_rate(self, src: str, dst: str) -> tuple[int | None, bool]:
+        """(rate_bps, cut) of the path in force from src to dst."""
+        core = self.cores[src]
+        path = core.shaped.get(dst)
+        return (None if path is None else path.rate_bps), (path is None or dst in core.cut)
 
     def start_instance(self, instance: str) -> None:
         self.status[instance] = "up"
@@ -95,7 +109,7 @@ class LocalRun:
 
     # ---- the run --------------------------------------------------------------
 
-    def _say(self, line: str) -> None:
+    def say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
 
     def _on_signal(self, signum, frame) -> None:
@@ -109,7 +123,7 @@ class LocalRun:
         lock = RunLock.acquire(state, self.run_id, run_path)
         for run_id, journal in list_runs(state).items():
             if is_stale(read_journal(journal)):
-                self._say(f"warning: run {run_id} was not torn down; "
+                self.say(f"warning: run {run_id} was not torn down; "
                           f"`collapsar cleanup {run_id}` removes its leftovers")
         self.rundir = RunDir.create(self.run_id, self.options.run_base, state)
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -120,8 +134,8 @@ class LocalRun:
         sys.setswitchinterval(0.0005)
         server = None
         try:
-            self._say(f"run {self.run_id}: {len(self.instances)} instances, run directory {self.rundir.path}")
-            self._write_plan()
+            self.say(f"run {self.run_id}: {len(self.instances)} instances, run directory {self.rundir.path}")
+            outputs.write_plan(self)
             server = self._bring_up(tcal)
             self._loop()
         finally:
@@ -137,13 +151,6 @@ class LocalRun:
                            f"{first.scheduled_us / 1e6:g}s ({first.label}): {first.error}")
         return 0
 
-    def _write_plan(self) -> None:
-        (self.rundir.path / "plan.json").write_text(json.dumps({
-            "run_id": self.run_id, "source": self.experiment.source, "subnet": self.plan.subnet,
-            "bridge": self.plan.bridge, "netem": self.netem,
-            "instances": [{"name": n.instance, "ip": n.ip, "netns": n.netns, "veth": n.host_veth}
-                          for n in self.plan.instances]}, indent=1))
-
     def _bring_up(self, tcal) -> StatusServer | None:
         started = time.monotonic()
         journal = self.rundir.journal
@@ -157,6 +164,10 @@ class LocalRun:
                                  netem=self.netem, wire_overhead=self.experiment.settings.wire_overhead)
             core.install(paths_from(first, net.instance, self.instances))
             self.cores[net.instance] = core
+        if self.options.probe_count:
+            probe_started = time.monotonic()
+            outputs.probe_pairs(self)
+            started += time.monotonic() - probe_started  # "all up" leaves the probe out
         nets = self.plan.by_instance()
         self.supervisor = Supervisor(
             self.rundir.log_paths,
@@ -164,23 +175,59 @@ class LocalRun:
             on_start=lambda inst, pid, st: journal.record("process", instance=inst, pid=pid, start_time=st),
             grace_s=self.options.grace_s)
         for instance in first.instances:
-            self.start_instance(instance)
             self.network[instance] = first.status(instance)
+        if not self.options.wait_start:
+            self._start_commands()
         up_ms = (time.monotonic() - started) * 1000
-        self._say(f"all {len(first.instances)} instances up in {up_ms:.0f} ms"
+        self.say(f"{'network of' if self.options.wait_start else 'all'} {len(first.instances)} "
+                  f"instances up in {up_ms:.0f} ms"
                   f" ({'netem' if self.netem else 'htb only, no delay/jitter/loss in this experiment'})")
         self.up_ms = up_ms
-        self.meter = Meter(self.plan, tcal.counters_factory, self._say)
+        self.meter = Meter(self.plan, tcal.counters_factory, self.say)
         self.meter.start()
+        if self.options.sharing:
+            from .share_local import LocalSharing
+            self.sharing = LocalSharing(self, self.say)
         self.board = StatusBoard(self._paths_json)
+        self.player = LivePlayer(self.timeline, self)
+        self._start_requested = threading.Event()
+        text = self.options.source_text
+        adhoc = AdHocLinks(Path(self.experiment.source).read_text() if text is None else text,
+                           self.experiment.source, self.player, self.netem,
+                           on_change=lambda timeline: setattr(self, "timeline", timeline))
         server = None
         if self.options.status_port is not None:
-            server = StatusServer(self.board, self.options.status_port).start()
-            self._say(f"status: http://127.0.0.1:{server.port}/status (also /paths /events /stream /metrics)")
+            control = local_control(self.rundir.path, self.say, self.player, adhoc,
+                                    self.options.wait_start, self._start_requested, self._stop)
+            server = StatusServer(self.board, self.options.status_port, control=control,
+                                  topology=lambda: topology_json(first),
+                                  assets=self.options.dashboard).start()
+            self.say(f"status: http://127.0.0.1:{server.port}/status (also /paths /events /stream /metrics)")
+            if self.options.dashboard is not None:
+                self.say(f"dashboard: http://127.0.0.1:{server.port}/dashboard/")
             (self.rundir.path / "status-port").write_text(f"{server.port}\n")
-        self.player = Player(self.timeline, self)
-        self.t0_ns = self.player.start()
+        if self.options.wait_start:
+            self.say("waiting for start: POST /control/start with the control token")
+        else:
+            self._begin()
         return server
+
+    def _start_commands(self) -> None:
+        for instance in self.timeline.steps[0].state.instances:
+            self.start_instance(instance)
+
+    def _begin(self) -> None:
+        """t=0: the timeline starts (and the meter's segments with it)."""
+        self.t0_ns = self.player.start()
+        self.meter.follow(self._configured_rate, self.t0_ns)
+        # Wall-clock t=0, for lining up the instances' own timestamped logs
+        # with the event log (whose times are relative to t=0).
+        t0_unix = time.time() - (time.monotonic_ns() - self.t0_ns) / 1e9
+        (self.rundir.path / "t0").write_text(f"{t0_unix:.6f}\n")
+
+    def _stop(self, reason: str) -> None:
+        if self._stop_reason is None:
+            self._stop_reason = reason
 
     def _loop(self) -> None:
         period_s = self.experiment.settings.period_us / 1e6
@@ -188,35 +235,46 @@ class LocalRun:
         last_start_us = self.player.last_start_us
         next_tick = time.monotonic()
         while self._stop_reason is None:
-            now_us = (time.monotonic_ns() - self.t0_ns) // 1000
+            if self._start_requested.is_set() and not self.player.started:
+                self._start_commands()
+                self._begin()
+                last_start_us = self.player.last_start_us
+            now_us = self.player.now_us()
             for exit_ in self.supervisor.poll():
                 self.exit_codes[exit_.instance] = exit_.returncode
                 if self.status.get(exit_.instance) == "up":
                     self.status[exit_.instance] = f"exited({exit_.returncode})"
             self.meter.sample()
+            if self.sharing is not None:
+                self.sharing.tick(now_us)
             self.board.publish(self._snapshot(now_us))
             if self.options.duration_us is not None and now_us >= self.options.duration_us:
                 self._stop_reason = "duration reached"
-            elif had_commands and now_us >= last_start_us and not self.supervisor.running():
+            elif (had_commands and self.player.started and now_us >= last_start_us
+                  and not self.supervisor.running()):
                 self._stop_reason = "every command has exited"
             next_tick += period_s
             now = time.monotonic()
             if next_tick < now - period_s:
                 next_tick = now  # fell behind (a slow tick): skip, do not burst to catch up
             time.sleep(max(0.0, next_tick - now))
-        self._say(f"stopping: {self._stop_reason}")
+        self.say(f"stopping: {self._stop_reason}")
 
     def _snapshot(self, now_us: int) -> dict:
         log = [dict(f.as_dict()) for f in self.player.log]
         return {
             "run_id": self.run_id, "source": self.experiment.source, "t_us": now_us,
-            "state": "running" if self._stop_reason is None else "stopping",
+            "state": ("stopping" if self._stop_reason is not None
+                      else "running" if self.player.started else "waiting"),
             "instances": [{"name": n.instance, "ip": n.ip, "netns": n.netns,
                            "status": self.status[n.instance], "network": self.network[n.instance],
                            "pid": self.supervisor.pid_of(n.instance),
                            "exit_code": self.exit_codes.get(n.instance)} for n in self.plan.instances],
             "throughput": self.meter.flows(),
-            "events": {"applied": log, "pending": self.player.pending},
+            "sharing": self.sharing.status() if self.sharing is not None else {"enabled": False},
+            "events": {"applied": log, "pending": self.player.pending,
+                       "upcoming": self.player.upcoming()},
+            **live_view(self.timeline.state_at(now_us), self.meter.flows()),  # for the dashboard
         }
 
     def _paths_json(self) -> list[dict]:
@@ -249,8 +307,8 @@ class LocalRun:
         if supervisor is not None:
             stage("stop the commands", lambda: [self.exit_codes.setdefault(e.instance, e.returncode)
                                                 for e in supervisor.stop_all()])
-        stage("report the flows", self._report_flows)
-        for name in ("meter", "board", "host_net"):
+        stage("report the flows", lambda: outputs.report_flows(self))
+        for name in ("sharing", "meter", "board", "host_net"):
             obj = getattr(self, name, None)
             if obj is not None:
                 stage(f"close {name}", obj.close)
@@ -260,53 +318,16 @@ class LocalRun:
         # no per-tree teardown is needed on this path.
         stage("remove what the journal lists",
               lambda: teardown.execute(plan_cleanup(read_journal(self.rundir.journal.path))))
-        stage("write the event log", self._write_event_log)
-        stage("write instances.json", self._write_instances)
+        stage("write the event log", lambda: outputs.write_event_log(self))
+        stage("write instances.json", lambda: outputs.write_instances(self))
         if failures:
             for line in failures:
-                self._say(f"warning: teardown: {line}")
-            self._say(f"run {self.run_id} may have leftovers: `collapsar cleanup {self.run_id}`")
+                self.say(f"warning: teardown: {line}")
+            self.say(f"run {self.run_id} may have leftovers: `collapsar cleanup {self.run_id}`")
             return
         self.rundir.finish()
-        self._say(f"torn down: {len(self.instances)} namespaces, bridge {self.plan.bridge}; "
+        self.say(f"torn down: {len(self.instances)} namespaces, bridge {self.plan.bridge}; "
                   f"logs in {self.rundir.path / 'logs'}")
-
-    def _report_flows(self) -> None:
-        if getattr(self, "meter", None) is None:
-            return
-        flows = self.meter.flows()
-        (self.rundir.path / "flows.json").write_text(json.dumps(flows, indent=1))
-        with self._paths_lock:
-            configured = {(src, dst): path for src, core in self.cores.items()
-                          for dst, path in core.configured().items()}
-        for line in flow_table(flows, configured):
-            self._say(line)
-
-    def _write_instances(self) -> None:
-        final = [{"name": n.instance, "ip": n.ip, "status": self.status[n.instance],
-                  "network": self.network[n.instance],
-                  "exit_code": self.exit_codes.get(n.instance)} for n in self.plan.instances]
-        (self.rundir.path / "instances.json").write_text(json.dumps(final, indent=1))
-        counts: dict[str, int] = {}
-        for inst in final:
-            counts[inst["status"]] = counts.get(inst["status"], 0) + 1
-        self._say("instances: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
-
-    def _write_event_log(self) -> None:
-        if getattr(self, "player", None) is None:
-            return
-        log = [f.as_dict() for f in self.player.log]
-        (self.rundir.path / "events.json").write_text(json.dumps(log, indent=1))
-        if log:
-            late = [f["lateness_us"] for f in log]
-            p50, p99 = percentile(late, 0.5) / 1000, percentile(late, 0.99) / 1000
-            self._say(f"events: {len(log)} applied, {self.player.pending} not reached; "
-                      f"lateness p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-        for fired in self.player.log:
-            if fired.error:
-                self._say(f"warning: event at {fired.scheduled_us / 1e6:g}s ({fired.label}) "
-                          f"failed: {fired.error}")
-
 
 class _RealTcal:
     """The TCAL entry points local mode uses, imported only when a run starts."""

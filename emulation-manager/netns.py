@@ -15,6 +15,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import KernelError
+from . import firewall
 from .addressing import InstanceNet, NetworkPlan
 from .nsexec import InNetns, create_netns
 from .rundir import Journal
@@ -54,6 +55,7 @@ class HostNetwork:
         except NetlinkError as error:
             raise KernelError(f"bridge {name}: cannot create it: {error.args[-1]}") from None
         self._bridge_index = index
+        firewall.allow_bridge(name, f"collapsar {self.plan.run_id}", self.journal.record)
 
     def build_instance(self, net: InstanceNet, hosts_text: str) -> None:
         """Namespace, hosts file, veth pair on the bridge, address, links up."""

@@ -77,7 +77,7 @@ def create_netns(name: str) -> int:
     def work() -> None:
         try:
             _check(_libc.unshare(CLONE_NEWNET), f"unshare for {name}")
-            _check(_mount(f"/proc/thread-self/ns/net", path, "none", MS_BIND), f"bind {path}")
+            _check(_mount("/proc/thread-self/ns/net", path, "none", MS_BIND), f"bind {path}")
         except BaseException as error:  # reported on the caller's thread
             failure.append(error)
 

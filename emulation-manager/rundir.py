@@ -256,6 +256,7 @@ def plan_cleanup(records: list[dict]) -> list[Step]:
     steps += [Step("unpin", {"path": r["path"]}) for r in by_kind.get("bpf_pin", [])]
     steps += [Step("del_link", {"name": r["name"]}) for r in reversed(by_kind.get("veth", []))]
     steps += [Step("del_link", {"name": r["name"]}) for r in by_kind.get("bridge", [])]
+    steps += [Step("del_fw", {"bridge": r["bridge"], "tag": r["tag"]}) for r in by_kind.get("fw_accept", [])]
     steps += [Step("del_netns", {"netns": r["name"]}) for r in reversed(by_kind.get("netns", []))]
     steps += [Step("rm_hosts", {"path": r["path"]}) for r in reversed(by_kind.get("hosts", []))]
     return steps

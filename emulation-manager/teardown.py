@@ -17,6 +17,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from . import firewall
 from .nsexec import netns_inode, remove_netns
 from .rundir import Step, same_process
 
@@ -138,5 +139,11 @@ def _rm_hosts(target: dict, ctx: _Context) -> str | None:
     return f"removed {path}"
 
 
-_STEPS = {"kill": _kill, "kill_netns": _kill_netns, "unpin": _unpin,
+def _del_fw(target: dict, ctx: _Context) -> str | None:
+    if not firewall.remove_rule(target["bridge"], target["tag"]):
+        return None
+    return f"deleted the iptables FORWARD rule for {target['bridge']}"
+
+
+_STEPS = {"del_fw": _del_fw, "kill": _kill, "kill_netns": _kill_netns, "unpin": _unpin,
           "del_link": _del_link, "del_netns": _del_netns, "rm_hosts": _rm_hosts}

@@ -3,6 +3,12 @@ counters, sampled once per manager period.  The rate is taken over the last
 WINDOW_NS of samples: one 50 ms period holds too few packets of a slow flow
 for a steady figure.
 
+The typical rate is kept per *segment*: the stretch of the run in which the
+pair's configured path stayed the same.  A median over a whole run that
+changed the rate half-way is a number no one configured; per segment, each
+figure sits next to the rate that was in force.  A window counts towards a
+segment only if it lies wholly inside it.
+
 Counters are attached on a background thread after the instances are up:
 loading and verifying one BPF program per instance costs ~0.1 s each here,
 and measurements must not delay the emulation itself.  They are optional:
@@ -15,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import CollapsarError
@@ -22,6 +29,25 @@ from .addressing import NetworkPlan
 
 WINDOW_NS = 1_000_000_000
 ACTIVE_SAMPLES = 1200  # a minute of 50 ms periods: bounded memory in long runs
+SEGMENTS_KEPT = 32  # per pair; older segments are dropped (bounded memory in long runs)
+
+
+@dataclass
+class Segment:
+    start_ns: int
+    configured_bps: int | None  # the path's rate in this segment; None: unlimited
+    cut: bool = False
+    end_ns: int | None = None
+    rates: deque = field(default_factory=lambda: deque(maxlen=ACTIVE_SAMPLES))  # sending throughout
+    partial: deque = field(default_factory=lambda: deque(maxlen=ACTIVE_SAMPLES))  # idle at an edge
+
+    def summary(self, t0_ns: int) -> dict:
+        ordered = sorted(self.rates or self.partial)
+        return {"start_s": (self.start_ns - t0_ns) / 1e9,
+                "end_s": None if self.end_ns is None else (self.end_ns - t0_ns) / 1e9,
+                "configured_bps": self.configured_bps, "cut": self.cut,
+                "median_rate_bps": ordered[len(ordered) // 2] if ordered else None,
+                "windows": len(ordered)}
 
 
 class Meter:
@@ -39,6 +65,24 @@ class Meter:
         self._history: dict[tuple[str, str], deque] = {}
         self._flows: dict[tuple[str, str], dict] = {}
         self._active: dict[tuple[str, str], deque] = {}
+        self._segments: dict[tuple[str, str], deque[Segment]] = {}
+        self._configured: Callable[[str, str], tuple[int | None, bool]] = lambda src, dst: (None, False)
+        self.t0_ns = time.monotonic_ns()
+
+    def follow(self, configured: Callable[[str, str], tuple[int | None, bool]], t0_ns: int) -> None:
+        """Where segments start from: `configured(src, dst)` gives the pair's
+        (rate_bps, cut) in force now; `t0_ns` is the run's t=0."""
+        self._configured = configured
+        self.t0_ns = t0_ns
+
+    def mark(self, src: str, dst: str, rate_bps: int | None, cut: bool) -> None:
+        """The pair's path changed now: the current segment ends."""
+        segments = self._segments.get((src, dst))
+        if segments is None:
+            return  # no traffic yet: its first segment starts at its first sample
+        now = time.monotonic_ns()
+        segments[-1].end_ns = now
+        segments.append(Segment(now, rate_bps, cut))
 
     def start(self) -> None:
         if self._factory is not None:
@@ -83,10 +127,21 @@ class Meter:
                 first_ns, first_bytes = history[0]
                 span_ns = now - first_ns
                 rate = int((counter.wire_bytes - first_bytes) * 8e9 / span_ns) if span_ns > 0 else 0
+                segments = self._segments.get(key)
+                if segments is None:
+                    configured, cut = self._configured(src, dst)
+                    segments = self._segments[key] = deque([Segment(self.t0_ns, configured, cut)],
+                                                           maxlen=SEGMENTS_KEPT)
                 if span_ns >= WINDOW_NS // 2 and rate > 0:
                     # A full-ish window while the flow is sending: a candidate
                     # for the flow's typical rate (see flows()).
                     self._active.setdefault(key, deque(maxlen=ACTIVE_SAMPLES)).append(rate)
+                    if first_ns >= segments[-1].start_ns:
+                        # Windows that catch a flow starting or ending are
+                        # part idle: they count only for flows too slow to
+                        # send in every period (see Segment.summary).
+                        throughout = history[1][1] > first_bytes and history[-1][1] > history[-2][1]
+                        (segments[-1].rates if throughout else segments[-1].partial).append(rate)
                 self._flows[key] = {"src": src, "dst": dst, "bytes": counter.bytes,
                                     "packets": counter.packets, "wire_bytes": counter.wire_bytes,
                                     "rate_bps": rate}
@@ -100,7 +155,8 @@ class Meter:
         for key in sorted(self._flows):
             active = sorted(self._active.get(key, ()))
             median = active[len(active) // 2] if active else 0
-            result.append({**self._flows[key], "median_rate_bps": median})
+            segments = [seg.summary(self.t0_ns) for seg in self._segments.get(key, ())]
+            result.append({**self._flows[key], "median_rate_bps": median, "segments": segments})
         return result
 
     def close(self) -> None:

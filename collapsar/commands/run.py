@@ -14,7 +14,16 @@ in its namespace, plays the timeline and tears everything down at the end
 - The run directory (default /run/collapsar/RUNID) holds plan.json, logs/
   (stdout and stderr per instance), events.json (scheduled, applied and
   lateness per timeline step), instances.json, flows.json and the journal.
+- `--probe N` pings every pair N times before t=0 (after shaping, before
+  any command) and prints measured RTT, jitter and loss next to the
+  configured values; the run's end prints measured throughput per pair.
 - `--dry-run` prints the tc plan and changes nothing.
+- Control (collapsar.manager.control): the run prints a random token
+  (`control token: ...`, also RUNDIR/control-token, 0600) that POST
+  /control/stop, /control/start (with `--wait-start`: network and t=0
+  shaping are set up, commands and timeline wait) and /control/link (an
+  ad-hoc link change, checked like a `set` event) require.  `--dashboard`
+  serves the web page from the status API at /dashboard/.
 - `--vm` runs this same command inside a throwaway VM with Debian's stock
   kernel (which has sch_netem) through collapsar.vm; the run directory base
   is shared back.  Cost: about a minute to boot under software emulation
@@ -50,6 +59,17 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Port of the status API on 127.0.0.1 (0: any free port; -1: none)")
     parser.add_argument("--grace", default="5s", metavar="TIME",
                         help="How long a leaving instance gets between SIGTERM and SIGKILL")
+    parser.add_argument("--probe", type=int, default=0, metavar="N",
+                        help="Before t=0, ping every pair N times and print the measured RTT, "
+                             "jitter and loss next to the configured ones (probe.json)")
+    parser.add_argument("--no-sharing", action="store_true",
+                        help="Shape each pair to its collapsed path only: flows crossing the same "
+                             "link do not share its capacity (no bandwidth-sharing loop, no Aeron)")
+    parser.add_argument("--wait-start", action="store_true",
+                        help="Set up the network and t=0 shaping, then wait for POST /control/start "
+                             "(or the dashboard's start button) before commands and timeline run")
+    parser.add_argument("--dashboard", action="store_true",
+                        help="Also serve the web dashboard from the status API (/dashboard/)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
     duration_us = duration("--duration", args.duration)
     grace_us = duration("--grace", args.grace)
+    if not 0 <= args.probe <= 10_000:
+        raise CollapsarError(f"--probe {args.probe}: expected a number of pings from 0 to 10000")
     if args.vm:
         return _run_in_vm(args)
 
@@ -88,8 +110,23 @@ def run(args: argparse.Namespace) -> int:
     options = RunOptions(duration_us=duration_us, subnet=args.subnet,
                          run_base=Path(args.run_dir).resolve() if args.run_dir else None,
                          status_port=None if args.status_port < 0 else args.status_port,
-                         grace_s=grace_us / 1e6)
+                         grace_s=grace_us / 1e6, probe_count=args.probe, sharing=not args.no_sharing,
+                         wait_start=args.wait_start, dashboard=_dashboard_assets(args))
     return LocalRun(experiment, timeline, options).run()
+
+
+def _dashboard_assets(args: argparse.Namespace) -> Path | None:
+    """The built page, checked (like the flags that need the status API)
+    before anything is created."""
+    if args.status_port < 0 and (args.dashboard or args.wait_start):
+        from ..errors import CollapsarError
+        flag = "--dashboard" if args.dashboard else "--wait-start"
+        raise CollapsarError(f"{flag} needs the status API (POST /control/start, the page); "
+                             "drop --status-port -1")
+    if not args.dashboard:
+        return None
+    from ..dashboard import assets_dir
+    return assets_dir()
 
 
 def _run_in_vm(args: argparse.Namespace) -> int:
@@ -102,11 +139,15 @@ def _run_in_vm(args: argparse.Namespace) -> int:
     base.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "collapsar.cli", "run", str(Path(args.file).resolve()),
             "--subnet", args.subnet, "--run-dir", str(base), "--status-port", str(args.status_port),
-            "--grace", args.grace]
+            "--grace", args.grace, "--probe", str(args.probe)]
     if args.duration:
         argv += ["--duration", args.duration]
     if args.dry_run:
         argv.append("--dry-run")
+    if args.no_sharing:
+        argv.append("--no-sharing")
+    argv += [flag for flag, on in (("--wait-start", args.wait_start),
+                                   ("--dashboard", args.dashboard)) if on]
     timeout_s = VM_BOOT_ALLOWANCE_S + (parse_duration_us(args.duration) / 1e6 if args.duration else 3600)
     # The guest does not inherit our environment: pass on what selects code and state.
     env = {name: value for name, value in os.environ.items()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from collapsar.manager import firewall
 from collapsar.manager.scheduler import percentile
 
 from test_local_support import Cli, host_snapshot, pid_alive, read_json, run_id_of
@@ -141,5 +142,11 @@ def test_teardown_leaves_nothing(run):
     pids = [r["pid"] for r in journal if r["kind"] == "process"]
     assert len(pids) == 7 and not any(pid_alive(pid) for pid in pids)
     assert journal[-1]["kind"] == "finished"
+    # Where bridged frames pass through iptables (br_netfilter, e.g. with
+    # Docker installed) the run let its bridge through with one tagged rule,
+    # and took it away again.
+    fw = [r for r in journal if r["kind"] == "fw_accept"]
+    assert len(fw) == (1 if firewall.bridged_traffic_filtered() else 0)
+    assert not {rule for rule in run["after"]["forward_rules"] if run_id in rule}
     index = Path(os.environ.get("COLLAPSAR_STATE_DIR", "/run/collapsar")) / "index" / run_id
     assert not index.exists()

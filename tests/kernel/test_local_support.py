@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -22,7 +23,10 @@ def host_snapshot() -> dict[str, set[str]]:
     netns = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
     links = set(os.listdir("/sys/class/net"))
     hosts = set(os.listdir("/etc/netns")) if os.path.isdir("/etc/netns") else set()
-    return {"netns": netns, "links": links, "etc_netns": hosts}
+    iptables = shutil.which("iptables")
+    rules = set(subprocess.run([iptables, "-w", "-S", "FORWARD"], capture_output=True, text=True,
+                               check=True).stdout.splitlines()) if iptables else set()
+    return {"netns": netns, "links": links, "etc_netns": hosts, "forward_rules": rules}
 
 
 def pid_alive(pid: int) -> bool:

@@ -99,6 +99,7 @@ JOURNAL = records(
     ("hosts", {"path": "/etc/netns/cx-a1b2c3-b/hosts"}), ("veth", {"name": "cxa1b2c3v2"}),
     ("qdisc", {"netns": "cx-a1b2c3-a", "ifname": "eth0", "handle": "1:"}),
     ("bpf_pin", {"path": "/run/collapsar/bpffs/x"}),
+    ("fw_accept", {"bridge": "cxa1b2c3br", "tag": "collapsar a1b2c3"}),
     ("process", {"instance": "a", "pid": 4242, "start_time": 77}),
 )
 
@@ -112,6 +113,7 @@ def test_cleanup_plan_order_processes_first_namespaces_last():
         Step("del_link", {"name": "cxa1b2c3v2"}),
         Step("del_link", {"name": "cxa1b2c3v1"}),
         Step("del_link", {"name": "cxa1b2c3br"}),
+        Step("del_fw", {"bridge": "cxa1b2c3br", "tag": "collapsar a1b2c3"}),
         Step("del_netns", {"netns": "cx-a1b2c3-b"}),
         Step("del_netns", {"netns": "cx-a1b2c3-a"}),
         Step("rm_hosts", {"path": "/etc/netns/cx-a1b2c3-b/hosts"}),

@@ -63,11 +63,53 @@ def test_no_factory_means_no_measurements():
     assert meter.flows() == [] and meter.attached == 0
 
 
-def test_flow_table_lists_flows_with_traffic_only():
-    flows = [{"src": "a", "dst": "b", "bytes": 5_000_000, "median_rate_bps": 9_870_000},
-             {"src": "b", "dst": "a", "bytes": 600, "median_rate_bps": 1000}]
+def test_segments_split_at_path_changes_and_skip_windows_idle_at_an_edge(monkeypatch):
+    """10 Mbit/s for 3 s, then the path changes to 2 Mbit/s at t=3 s and the
+    flow follows; it stops at t=4.5 s.  Each segment's median is its own rate,
+    and the windows that straddle the change or the end do not drag it."""
+    plan = plan_network("a1b2c3", ["a", "b"])
+    sender = FakeCounters()
+    meter = Meter(plan, lambda ifname, netns: sender if netns == "cx-a1b2c3-a" else FakeCounters(),
+                  say=lambda line: None)
+    meter.start()
+    meter._thread.join()
+    clock = [0]
+    monkeypatch.setattr(time, "monotonic_ns", lambda: clock[0])
+    meter.follow(lambda src, dst: (10_000_000, False), t0_ns=0)
+    wire = 0
+    for step in range(1, 181):  # 9 s of 50 ms periods
+        clock[0] = step * 50_000_000
+        if step == 61:
+            meter.mark("a", "b", 2_000_000, False)
+        if step <= 60:
+            wire += 62_500  # 10 Mbit/s
+        elif step <= 90:
+            wire += 12_500  # 2 Mbit/s
+        sender.wire = wire
+        meter.sample()
+    (ab,) = [f for f in meter.flows() if (f["src"], f["dst"]) == ("a", "b")]
+    first, second = ab["segments"]
+    assert (first["start_s"], first["end_s"], first["configured_bps"]) == (0.0, 3.05, 10_000_000)
+    assert first["median_rate_bps"] == 10_000_000 and first["windows"] == 50
+    assert (second["start_s"], second["end_s"], second["configured_bps"]) == (3.05, None, 2_000_000)
+    # 10 windows lie wholly in the sending part; the 20 that run into the
+    # idle end would have put the median at about half the rate.
+    assert second["median_rate_bps"] == 2_000_000 and second["windows"] == 10
+    meter.close()
+
+
+def test_flow_table_lists_flows_with_traffic_one_row_per_segment():
+    flows = [{"src": "a", "dst": "b", "bytes": 5_000_000, "segments": [
+                 {"start_s": 0.0, "end_s": 4.0, "configured_bps": 10_000_000, "cut": False,
+                  "median_rate_bps": 9_870_000, "windows": 50},
+                 {"start_s": 4.0, "end_s": 5.0, "configured_bps": 1_000_000, "cut": False,
+                  "median_rate_bps": None, "windows": 0},
+                 {"start_s": 5.0, "end_s": None, "configured_bps": None, "cut": True,
+                  "median_rate_bps": 20_000, "windows": 3}]},
+             {"src": "b", "dst": "a", "bytes": 600, "segments": []}]
     configured = {("a", "b"): path("a", "b", delay_us=5000, rate_bps=10_000_000, loss_ratio=0.01)}
     assert flow_table(flows, configured) == [
-        "pair    configured rate  RTT    loss  measured (median 1 s)  sent",
-        "a -> b  10 Mbit/s        10 ms  0.01  9.87 Mbit/s            5 MB"]
+        "pair    during     configured rate  measured (median 1 s)  RTT now  loss now  sent",
+        "a -> b  0.0-4.0 s  10 Mbit/s        9.87 Mbit/s            10 ms    0.01      5 MB",
+        "        5.0-end s  cut              20 kbit/s"]
     assert flow_table(flows[1:], configured) == []

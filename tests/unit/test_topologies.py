@@ -56,17 +56,18 @@ def _demo(at_s):
 
 def test_demo_at_start():
     paths = _demo(0)
-    assert paths[("client", "server")] == (23000, 2000, 0.001, 50_000_000, (0, 4, 6))
-    assert paths[("server", "client-2")] == (23000, 2000, 0.001, 10_000_000, (7, 5, 3))
-    assert paths[("client", "client-2")] == (4000, 0, 0.0, 100_000_000, (0, 3))
+    assert paths[("client", "server")] == (23000, 2000, 0.0001, 20_000_000, (0, 4, 6))
+    assert paths[("server", "client-2")] == (23000, 2000, 0.0001, 10_000_000, (7, 5, 3))
+    assert paths[("client", "client-2")] == (4000, 0, 0.0, 50_000_000, (0, 3))
     assert len(paths) == 6
 
 
 def test_demo_over_time():
-    assert _demo(10)[("client", "server")][:4] == (43000, 2000, 0.001, 5_000_000)
-    assert _demo(10)[("server", "client")][:4] == (43000, 2000, 0.001, 5_000_000)
+    # The event at 10 s slows the up direction only; latency is both ways.
+    assert _demo(10)[("client", "server")][:4] == (43000, 2000, 0.0001, 5_000_000)
+    assert _demo(10)[("server", "client")][:4] == (43000, 2000, 0.0001, 10_000_000)
     assert set(_demo(20)) == {("client", "server"), ("server", "client")}
-    assert _demo(25)[("client", "server")][:4] == (23000, 2000, 0.001, 50_000_000)
+    assert _demo(25)[("client", "server")][:4] == (23000, 2000, 0.0001, 20_000_000)
 
 
 def test_demo_changed_pairs():
@@ -84,10 +85,10 @@ def test_collapse_command_json(capsys):
     assert main(["collapse", demo, "--json", "--at", "10s", "--from", "client"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows == [
-        {"src": "client", "dst": "server", "latency_ms": 43.0, "jitter_ms": 2.0, "loss": 0.001,
+        {"src": "client", "dst": "server", "latency_ms": 43.0, "jitter_ms": 2.0, "loss": 0.0001,
          "bandwidth_bps": 5_000_000, "links": [0, 4, 6], "distribution": "normal"},
         {"src": "client", "dst": "client-2", "latency_ms": 4.0, "jitter_ms": 0.0, "loss": 0.0,
-         "bandwidth_bps": 100_000_000, "links": [0, 3], "distribution": "normal"}]
+         "bandwidth_bps": 50_000_000, "links": [0, 3], "distribution": "normal"}]
 
 
 def test_collapse_command_table_and_errors(capsys):
@@ -95,7 +96,7 @@ def test_collapse_command_table_and_errors(capsys):
     assert main(["collapse", demo]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["SRC", "DST", "LATENCY", "JITTER", "LOSS", "BANDWIDTH", "LINKS"]
-    assert lines[1].split() == ["server", "client", "23ms", "2ms", "0.1%", "10Mbps", "7,5,1"]
+    assert lines[1].split() == ["server", "client", "23ms", "2ms", "0.01%", "10Mbps", "7,5,1"]
     assert lines[-1] == "6 paths at 0s between 3 instances"
     assert main(["collapse", demo, "--at", "soon"]) == 1
     assert "--at: expected a duration" in capsys.readouterr().err

@@ -1,0 +1,49 @@
+"""`collapsar check [FILE]`: can this host run experiments (or this one)?
+
+Probes the kernel for real (collapsar.tcal.check: htb, u32, clsact, BTF and,
+where asked, netem) in a scratch namespace, and says what is missing with
+the fix.  With FILE, netem is required only if the experiment uses delay,
+jitter or loss somewhere on its timeline, exactly as `collapsar run` decides;
+without FILE, netem is reported but not required.  Exit 0 when the host can
+run it, 3 (an environment problem) otherwise, so scripts can choose `--vm`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", nargs="?", help="Experiment file (YAML) to check for")
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from ..errors import EnvironmentProblem
+    from ..tcal.check import check_kernel
+
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("collapsar check needs root (it creates a scratch network namespace)",
+                                 "run it as root, e.g. with sudo")
+    if args.file is not None:
+        from ..manager.core import needs_netem
+        from ..manager.experiment import timeline_paths
+        from ..parser import parse_file
+        from ..timeline import build_timeline
+
+        experiment = parse_file(args.file)
+        netem = needs_netem(timeline_paths(build_timeline(experiment)))
+        check_kernel(need_netem=netem)
+        what = "delay/jitter/loss (netem) and rates (htb)" if netem else "rates only (htb)"
+        print(f"ok: this host can run {args.file} ({what})")
+        return 0
+    check_kernel(need_netem=False)
+    try:
+        check_kernel(need_netem=True)
+        print("ok: htb, u32, clsact, BTF and netem: every experiment runs here")
+    except EnvironmentProblem as problem:
+        print("ok: htb, u32, clsact and BTF: rate-only experiments run here")
+        for line in problem.lines():
+            print(f"missing: {line}")
+    return 0
