@@ -151,7 +151,11 @@ def udp_run(tmp_path_factory):
 # included, not only sharing) stalled after 1-50 periods of this run and
 # TCP kept its unshared 5.6 Mbit/s; where the loop ran, TCP got 1.89 of its
 # 1.88 Mbit/s share and each UDP receiver lost 40%.  Cause not found yet.
-@pytest.mark.xfail(strict=False, reason="the manager loop stalls in the guest during this UDP run (cause unknown)")
+# Not in the default run until that stall is understood (issue 6 stays open):
+# a non-strict xfail would pass whatever happened.  COLLAPSAR_VM_UDP=1 runs it.
+@pytest.mark.skipif(os.environ.get("COLLAPSAR_VM_UDP") != "1",
+                    reason="known defect: the manager loop stalls in the guest during this UDP run "
+                           "in 3 of 5 runs (issue 6); COLLAPSAR_VM_UDP=1 runs it")
 def test_udp_senders_see_loss_while_tcp_keeps_its_share(udp_run, record_property):
     assert udp_run["code"] == 0, udp_run["lines"]
     tcp = statistics.median(udp_run["t"][4:10])
