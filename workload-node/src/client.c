@@ -21,7 +21,8 @@ static const char usage[] =
 	"  -p PERIOD              inter-request period per pair (bare = us); closed loop if no -r/-p\n"
 	"  --rss TIME             rate step duration of a ramp (bare = seconds, default 1)\n"
 	"  --spin                 busy-wait between sends instead of clock_nanosleep\n"
-	"  --busy-poll            receivers poll without sleeping (lower latency, a core each)\n"
+	"  --busy-poll            each pair is one thread that never sleeps (lowest latency, a core each)\n"
+	"  --busy-poll-for TIME   poll for a reply up to TIME after the last send or reply before blocking\n"
 	"  --seed N               PRNG seed (default 1)\n"
 	"  --timeout TIME         client request timeout (default 10s)\n"
 	"  --no-delay 0|1         TCP_NODELAY (default 1)\n"
@@ -65,7 +66,7 @@ static int sample_values(struct client *cl)
 }
 
 enum {
-	OPT_TO = 256, OPT_RESOLVE, OPT_BUSY, OPT_NT, OPT_NS, OPT_RSS, OPT_SPIN, OPT_SEED, OPT_TIMEOUT, OPT_NODELAY,
+	OPT_TO = 256, OPT_RESOLVE, OPT_BUSY, OPT_BUSY_FOR, OPT_NT, OPT_NS, OPT_RSS, OPT_SPIN, OPT_SEED, OPT_TIMEOUT, OPT_NODELAY,
 	OPT_OUTFMT, OPT_JSON, OPT_TRACE, OPT_SAMPLE, OPT_LOFF, OPT_SOFF, OPT_SKIP, OPT_FWDEND, OPT_BRANCH, OPT_PS, OPT_RS,
 };
 
@@ -87,7 +88,7 @@ static int parse_args(int argc, char **argv, struct client *cl)
 		{"nt", required_argument, 0, OPT_NT}, {"num-threads", required_argument, 0, OPT_NT},
 		{"ns", required_argument, 0, OPT_NS}, {"num-sessions", required_argument, 0, OPT_NS},
 		{"rss", required_argument, 0, OPT_RSS}, {"spin", no_argument, 0, OPT_SPIN},
-		{"busy-poll", no_argument, 0, OPT_BUSY},
+		{"busy-poll", no_argument, 0, OPT_BUSY}, {"busy-poll-for", required_argument, 0, OPT_BUSY_FOR},
 		{"seed", required_argument, 0, OPT_SEED}, {"timeout", required_argument, 0, OPT_TIMEOUT},
 		{"no-delay", required_argument, 0, OPT_NODELAY}, {"cpus", required_argument, 0, 'c'},
 		{"output", required_argument, 0, 'o'}, {"output-format", required_argument, 0, OPT_OUTFMT},
@@ -130,6 +131,12 @@ static int parse_args(int argc, char **argv, struct client *cl)
 			break;
 		case OPT_SPIN: cl->spin = true; break;
 		case OPT_BUSY: cl->busy_poll = true; break;
+		case OPT_BUSY_FOR:
+			rc = wl_parse_number(optarg, WL_UNIT_TIME, &v, "--busy-poll-for");
+			if (rc == 0 && (v < 0 || v > 1e6))
+				rc = wl_err("--busy-poll-for: '%s' is not within 0..1s", optarg);
+			cl->poll_window_ns = (uint64_t)(v * 1000);
+			break;
 		case OPT_SEED: rc = parse_count(optarg, "--seed", 0, 1.8e19, &cl->seed); break;
 		case OPT_TIMEOUT:
 			rc = wl_parse_number(optarg, WL_UNIT_TIME, &v, "--timeout");
@@ -246,17 +253,17 @@ int main(int argc, char **argv)
 		wl_rng_seed(&p->rng, cl.seed * 0x100000001b3ull + (uint64_t)i);
 		sem_init(&p->ready, 0, 0);
 		sem_init(&p->done, 0, 0);
-		sem_init(&p->window, 0, 1);
 	}
 	pthread_t sig_thread;
 	if (pthread_create(&sig_thread, NULL, signal_main, &cl) != 0)
 		return wl_err("pthread_create signal thread failed"), 1;
 	cl.rt_offset_ns = wl_realtime_ns() - wl_now_ns();
 	cl.start_ns = wl_now_ns() + 5000000; /* every pair starts its schedule at the same instant */
+	bool solo = wl_pair_solo(&cl);
 	for (int i = 0; i < cl.npairs; i++) {
-		int rc = pthread_create(&pairs[i].receiver, NULL, wl_receiver_main, &pairs[i]);
+		int rc = solo ? 0 : pthread_create(&pairs[i].receiver, NULL, wl_receiver_main, &pairs[i]);
 		if (rc == 0)
-			rc = pthread_create(&pairs[i].sender, NULL, wl_sender_main, &pairs[i]);
+			rc = pthread_create(&pairs[i].sender, NULL, solo ? wl_solo_main : wl_sender_main, &pairs[i]);
 		if (rc != 0)
 			return wl_err("pthread_create pair %d: %s", i, strerror(rc)), 1;
 	}
@@ -266,7 +273,8 @@ int main(int argc, char **argv)
 	uint64_t *counts = calloc((size_t)cl.npairs, sizeof(*counts));
 	for (int i = 0; i < cl.npairs; i++) {
 		pthread_join(pairs[i].sender, NULL);
-		pthread_join(pairs[i].receiver, NULL);
+		if (!solo)
+			pthread_join(pairs[i].receiver, NULL);
 		for (uint64_t k = 0; k < cl.nreq; k++) {
 			const struct wl_record *r = &pairs[i].recs[k];
 			if (r->status == WL_ST_UNSENT)

@@ -41,6 +41,11 @@ void wl_compute_calibrate(void)
 
 void wl_compute(struct wl_worker *w, const struct wl_op *op)
 {
+	/* Nothing to burn: skip the clock reads (thread CPU time is a system
+	 * call, not a vDSO read: two of them would double a -C 0 request's cost). */
+	if (op->compute.ns == 0)
+		return;
+	wl_worker_flush(w); /* replies already made must not wait for this work */
 	if (op->flags & WL_COMPUTE_LOOP) {
 		sink = spin((uint64_t)((double)op->compute.ns * iterations_per_ns));
 		return;

@@ -119,6 +119,8 @@ int wl_conn_flush(struct wl_conn *c)
 	}
 	if (wl_buf_avail(&c->out) == 0)
 		wl_buf_trim(&c->out);
+	else if (c->out.off >= c->out.len / 2)
+		wl_buf_compact(&c->out); /* between whole messages: the only safe place (see wire.c grow) */
 	bool want = wl_buf_avail(&c->out) > 0 || c->connecting;
 	if (want != c->want_out) {
 		c->want_out = want;
@@ -130,3 +132,40 @@ int wl_conn_flush(struct wl_conn *c)
 	return 0;
 }
 
+
+/* Replies are batched: every reply made while handling one read (or one
+ * loop pass) goes out in one send(), so a batch of pipelined requests costs
+ * one system call and one segment back, not one each. The batch is flushed
+ * after each read, at the end of each loop pass, and before any COMPUTE
+ * that takes time, so no reply ever waits for other work. */
+void wl_conn_queue_flush(struct wl_conn *c)
+{
+	struct wl_worker *w = c->w;
+	if (c->flush_queued)
+		return;
+	if (w->nflush == w->flush_cap) {
+		size_t cap = w->flush_cap ? w->flush_cap * 2 : 16;
+		struct wl_conn **q = realloc(w->flushq, cap * sizeof(*q));
+		if (!q) { /* no room to defer: send now */
+			wl_conn_flush(c);
+			return;
+		}
+		w->flushq = q;
+		w->flush_cap = cap;
+	}
+	c->flush_queued = true;
+	w->flushq[w->nflush++] = c;
+}
+
+void wl_worker_flush(struct wl_worker *w)
+{
+	/* Killed connections stay allocated until the end of the pass (wl_conn_reap
+	 * runs after this), so every queued pointer is still valid here. */
+	for (size_t i = 0; i < w->nflush; i++) {
+		struct wl_conn *c = w->flushq[i];
+		c->flush_queued = false;
+		if (!c->dead)
+			wl_conn_flush(c);
+	}
+	w->nflush = 0;
+}

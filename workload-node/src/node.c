@@ -10,14 +10,11 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 void *wl_worker_main(void *arg);
@@ -37,7 +34,8 @@ static const char usage[] =
 	"      --odirect            open the storage file with O_DIRECT\n"
 	"      --sync PERIOD        periodic fsync period for psync stores (default 100ms)\n"
 	"      --trace FILE         write OpenTelemetry JSON spans of every request\n"
-	"      --busy-poll          workers poll without sleeping (lower latency, a full core each)\n";
+	"      --busy-poll          workers poll without sleeping (lower latency, a full core each)\n"
+	"      --busy-poll-for TIME poll up to TIME after the last event before blocking\n";
 
 static int parse_mode(const char *arg, const char *const *names, int n, const char *what)
 {
@@ -58,7 +56,7 @@ static int parse_args(int argc, char **argv, struct wl_node_cfg *cfg)
 		{"no-delay", required_argument, 0, 'N'}, {"storage", required_argument, 0, 's'},
 		{"max-storage-size", required_argument, 0, 'm'}, {"odirect", no_argument, 0, 'O'},
 		{"sync", required_argument, 0, 'S'}, {"trace", required_argument, 0, 'T'},
-		{"busy-poll", no_argument, 0, 'Y'},
+		{"busy-poll", no_argument, 0, 'Y'}, {"busy-poll-for", required_argument, 0, 'W'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
 	};
 	static const char *const am_names[] = {"child", "shared", "parent"};
@@ -85,7 +83,10 @@ static int parse_args(int argc, char **argv, struct wl_node_cfg *cfg)
 			if ((cfg->ncpus = wl_parse_cpulist(optarg, cfg->cpus, WL_MAX_CPUS)) < 0)
 				return -1;
 			break;
-		case 'P': cfg->sched = optarg; break;
+		case 'P':
+			if (wl_sched_parse(optarg, &cfg->sched) < 0)
+				return -1;
+			break;
 		case 'A':
 			if ((mode = parse_mode(optarg, am_names, 3, "--am")) < 0)
 				return -1;
@@ -120,54 +121,25 @@ static int parse_args(int argc, char **argv, struct wl_node_cfg *cfg)
 			break;
 		case 'T': cfg->trace_path = optarg; break;
 		case 'Y': cfg->busy_poll = true; break;
+		case 'W':
+			if (wl_parse_number(optarg, WL_UNIT_TIME, &v, "--busy-poll-for") < 0)
+				return -1;
+			if (v < 0 || v > 1e6)
+				return wl_err("--busy-poll-for: '%s' is not within 0..1s", optarg);
+			cfg->poll_window_ns = (uint64_t)(v * 1000);
+			break;
 		case 'h': fputs(usage, stdout); exit(0);
 		default: fputs(usage, stderr); return -1;
 		}
 	}
 	if (optind < argc)
 		return wl_err("unexpected argument '%s' (see --help)", argv[optind]);
+	if (cfg->sched.policy == WL_SCHED_DEADLINE && cfg->ncpus)
+		return wl_err("--sched deadline cannot be combined with -c: the kernel refuses SCHED_DEADLINE"
+			      " threads pinned to a subset of the CPUs");
 	if (cfg->nbinds == 0 && wl_addr_parse("tcp://0.0.0.0:7891", &cfg->binds[cfg->nbinds++], "default bind") < 0)
 		return -1;
 	return 0;
-}
-
-struct sched_attr_dl { /* the kernel's struct sched_attr; glibc has no wrapper */
-	uint32_t size, policy;
-	uint64_t flags;
-	int32_t nice;
-	uint32_t priority;
-	uint64_t runtime, deadline, period;
-};
-
-static int apply_sched(const char *spec)
-{
-	if (!spec)
-		return 0;
-	char policy[16];
-	double a = 0, b = 0, c = 0;
-	if (sscanf(spec, "%15[a-z]:%lf,%lf,%lf", policy, &a, &b, &c) < 2)
-		return wl_err("--sched '%s': expected POLICY:VALUE[,..]", spec);
-	if (!strcmp(policy, "other")) {
-		if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), (int)a) < 0)
-			return wl_err("--sched %s: setpriority: %s", spec, strerror(errno));
-		return 0;
-	}
-	if (!strcmp(policy, "rr") || !strcmp(policy, "fifo")) {
-		struct sched_param sp = {.sched_priority = (int)a};
-		int rc = pthread_setschedparam(pthread_self(), policy[0] == 'r' ? SCHED_RR : SCHED_FIFO, &sp);
-		if (rc != 0)
-			return wl_err("--sched %s: %s (needs CAP_SYS_NICE)", spec, strerror(rc));
-		return 0;
-	}
-	if (!strcmp(policy, "deadline")) { /* microseconds, like every time here */
-		struct sched_attr_dl at = {.size = sizeof(at), .policy = 6 /* SCHED_DEADLINE */,
-					   .runtime = (uint64_t)(a * 1000), .deadline = (uint64_t)(b * 1000),
-					   .period = (uint64_t)(c * 1000)};
-		if (syscall(SYS_sched_setattr, 0, &at, 0) < 0)
-			return wl_err("--sched %s: sched_setattr: %s", spec, strerror(errno));
-		return 0;
-	}
-	return wl_err("--sched '%s': policy must be other, rr, fifo or deadline", spec);
 }
 
 static void *worker_thread(void *arg)
@@ -176,9 +148,14 @@ static void *worker_thread(void *arg)
 	const struct wl_node_cfg *cfg = &w->node->cfg;
 	char who[32];
 	snprintf(who, sizeof(who), "worker %d", w->index);
+	w->setup_rc = 0;
 	if (cfg->ncpus && wl_pin_thread(cfg->cpus[w->index % cfg->ncpus], who) < 0)
-		return NULL;
-	if (apply_sched(cfg->sched) < 0)
+		w->setup_rc = -1;
+	if (w->setup_rc == 0 && wl_sched_apply(&cfg->sched, who) < 0)
+		w->setup_rc = -1;
+	pthread_barrier_wait(&w->node->started); /* 1: set up (or not) */
+	pthread_barrier_wait(&w->node->started); /* 2: main has checked and announced */
+	if (w->setup_rc < 0 || __atomic_load_n(&w->node->stop, __ATOMIC_RELAXED))
 		return NULL;
 	return wl_worker_main(w);
 }
@@ -308,6 +285,16 @@ static int open_shared_sockets(struct wl_node *node)
 	return 0;
 }
 
+static void stop_workers(struct wl_node *node)
+{
+	__atomic_store_n(&node->stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < node->cfg.nthreads; i++)
+		if (write(node->workers[i].wake.fd, &(uint64_t){1}, 8) < 0)
+			wl_err("wake worker %d: %s", i, strerror(errno));
+	for (int i = 0; i < node->cfg.nthreads; i++)
+		pthread_join(node->workers[i].thread, NULL);
+}
+
 static void announce(const struct wl_node *node)
 {
 	static const char *const am[] = {"child", "shared", "parent"};
@@ -354,16 +341,35 @@ int main(int argc, char **argv)
 		if (setup_worker(&node, i) < 0)
 			return 1;
 	}
+	if (pthread_barrier_init(&node.started, NULL, (unsigned)node.cfg.nthreads + 1) != 0)
+		return wl_err("pthread_barrier_init failed"), 1;
 	for (int i = 0; i < node.cfg.nthreads; i++) {
 		int rc = pthread_create(&node.workers[i].thread, NULL, worker_thread, &node.workers[i]);
 		if (rc != 0)
 			return wl_err("pthread_create worker %d: %s", i, strerror(rc)), 1;
 	}
+	/* A worker that could not take its CPU or policy fails the start:
+	 * serving under a policy other than the one asked would skew results.
+	 * The workers start serving only after the announcement: a busy-polling
+	 * worker at a real-time priority on main's core would otherwise keep
+	 * main from ever printing it. */
+	pthread_barrier_wait(&node.started);
+	bool failed = false;
+	for (int i = 0; i < node.cfg.nthreads; i++)
+		failed |= node.workers[i].setup_rc < 0;
+	if (failed)
+		__atomic_store_n(&node.stop, 1, __ATOMIC_RELAXED);
+	else
+		announce(&node);
+	pthread_barrier_wait(&node.started);
+	if (failed) {
+		stop_workers(&node);
+		return 1;
+	}
 	pthread_t acceptor;
 	bool has_acceptor = node.cfg.accept_mode == WL_AM_PARENT;
 	if (has_acceptor && pthread_create(&acceptor, NULL, acceptor_thread, &node) != 0)
 		return wl_err("pthread_create acceptor failed"), 1;
-	announce(&node);
 	for (;;) {
 		int sig;
 		if (sigwait(&sigs, &sig) != 0)
@@ -374,12 +380,7 @@ int main(int argc, char **argv)
 		}
 		break;
 	}
-	__atomic_store_n(&node.stop, 1, __ATOMIC_RELAXED);
-	for (int i = 0; i < node.cfg.nthreads; i++)
-		if (write(node.workers[i].wake.fd, &(uint64_t){1}, 8) < 0)
-			wl_err("wake worker %d: %s", i, strerror(errno));
-	for (int i = 0; i < node.cfg.nthreads; i++)
-		pthread_join(node.workers[i].thread, NULL);
+	stop_workers(&node);
 	if (has_acceptor)
 		pthread_join(acceptor, NULL);
 	print_stats(&node, "final");

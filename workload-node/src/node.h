@@ -23,6 +23,14 @@ struct wl_counters { /* updated by owners with relaxed atomics, read by SIGUSR1 
 };
 #define WL_COUNT(w, field, n) __atomic_fetch_add(&(w)->ctr.field, (n), __ATOMIC_RELAXED)
 
+enum wl_sched_policy { WL_SCHED_DEFAULT, WL_SCHED_OTHER, WL_SCHED_RR, WL_SCHED_FIFO, WL_SCHED_DEADLINE };
+
+struct wl_sched {
+	enum wl_sched_policy policy;
+	int value; /* nice (other) or priority (rr, fifo) */
+	uint64_t runtime_ns, deadline_ns, period_ns;
+};
+
 struct wl_node_cfg {
 	int nthreads, cpus[WL_MAX_CPUS], ncpus;
 	enum wl_accept_mode accept_mode;
@@ -34,7 +42,8 @@ struct wl_node_cfg {
 	const char *storage_path, *trace_path;
 	uint64_t storage_max_bytes, psync_period_ns;
 	bool odirect, busy_poll;
-	const char *sched; /* "other:NICE", "rr:PRIO", "fifo:PRIO", "deadline:RUNTIME,DEADLINE,PERIOD" */
+	uint64_t poll_window_ns; /* --busy-poll-for: poll this long after the last event before blocking */
+	struct wl_sched sched; /* --sched, for the workers */
 };
 
 struct wl_conn {
@@ -45,6 +54,7 @@ struct wl_conn {
 	struct wl_buf in, out;
 	bool dead, connecting, want_out;
 	bool more, backlogged; /* complete requests wait in in for the next pass */
+	bool flush_queued;     /* replies wait in out for wl_worker_flush */
 	struct wl_addr peer; /* outbound target */
 	struct wl_conn *next_dead;
 };
@@ -104,8 +114,11 @@ struct wl_worker {
 	struct wl_buf rbuf; /* reads land here; a connection keeps only a partial message */
 	struct wl_conn **backlog;
 	size_t nbacklog, backlog_cap;
+	struct wl_conn **flushq; /* connections with replies not yet sent */
+	size_t nflush, flush_cap;
 	struct wl_counters ctr;
 	struct wl_trace *trace;
+	int setup_rc; /* pinning and --sched, reported to main before serving */
 };
 
 struct wl_storage;
@@ -116,6 +129,7 @@ struct wl_node {
 	int listen_fds[WL_MAX_BINDS]; /* shared/parent modes */
 	struct wl_storage *storage;
 	volatile int stop;
+	pthread_barrier_t started; /* workers and main: no request is served before every worker is set up */
 };
 
 /* node.c */
@@ -124,9 +138,15 @@ void wl_job_finish(struct wl_job *job, uint8_t status); /* reply and free */
 struct wl_conn *wl_conn_new(struct wl_worker *w, enum wl_conn_kind kind, int fd, uint32_t events);
 void wl_conn_kill(struct wl_conn *c);
 int wl_conn_flush(struct wl_conn *c);
+void wl_conn_queue_flush(struct wl_conn *c); /* send c's replies at the next wl_worker_flush */
+void wl_worker_flush(struct wl_worker *w);   /* send every queued connection's replies */
 void wl_conn_reap(struct wl_worker *w); /* free connections killed during this loop pass */
 void wl_buf_trim(struct wl_buf *b);      /* release an empty buffer that grew large */
 void wl_worker_post_done(struct wl_worker *w, struct wl_job *job); /* any thread */
+
+/* sched.c */
+int wl_sched_parse(const char *spec, struct wl_sched *out);
+int wl_sched_apply(const struct wl_sched *s, const char *who); /* to the calling thread */
 
 /* compute.c */
 void wl_compute_calibrate(void);

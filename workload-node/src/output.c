@@ -68,7 +68,8 @@ int wl_records_write(const char *path, bool json, const struct wl_record *const 
 			const struct wl_record *r = &recs[t][i];
 			if (r->status == WL_ST_UNSENT)
 				continue;
-			double send_us = (double)(r->send_ns - start_ns) / 1e3, lat_us = (double)r->latency_ns / 1e3;
+			/* signed: a send before the common start (a failed connect) is negative, not a wrap */
+			double send_us = (double)(int64_t)(r->send_ns - start_ns) / 1e3, lat_us = (double)r->latency_ns / 1e3;
 			const char *st = r->status <= WL_ST_ERR ? names[r->status] : "?";
 			if (json)
 				fprintf(f, "{\"send_us\":%.3f,\"latency_us\":%.3f,\"status\":\"%s\",\"thread\":%u,\"session\":%u}\n",

@@ -19,8 +19,10 @@ static double step_rate(struct wl_pace *p, struct wl_rng *rng)
 uint64_t wl_pace_next(struct wl_pace *p, uint64_t start_ns, struct wl_rng *rng)
 {
 	switch (p->mode) {
-	case WL_PACE_CLOSED:
-		return wl_now_ns();
+	case WL_PACE_CLOSED: { /* the first request waits for the common start, like an open-loop one */
+		uint64_t now = wl_now_ns();
+		return now < start_ns ? start_ns : now;
+	}
 	case WL_PACE_PERIOD:
 		if (!p->started) {
 			p->started = true;

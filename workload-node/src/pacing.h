@@ -18,7 +18,7 @@ struct wl_pace {
 };
 
 void wl_pace_init(struct wl_pace *p, enum wl_pace_mode mode, struct wl_value *value, uint64_t step_ns, bool spin);
-/* Absolute CLOCK_MONOTONIC time the next request is due (closed loop: now). */
+/* Absolute CLOCK_MONOTONIC time the next request is due (closed loop: now, not before start_ns). */
 uint64_t wl_pace_next(struct wl_pace *p, uint64_t start_ns, struct wl_rng *rng);
 /* Sleep until t with an absolute clock_nanosleep, or spin when p->spin. */
 void wl_sleep_until(uint64_t t_ns, bool spin);

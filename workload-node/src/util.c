@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,22 @@ uint64_t wl_now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 uint64_t wl_realtime_ns(void) { return clock_ns(CLOCK_REALTIME); }
 uint64_t wl_thread_cpu_ns(void) { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
 
+/* A spinner at a real-time priority never leaves its core, so the thread
+ * that waits for signals (blocked in sigwait, same priority, same core)
+ * would never run and Ctrl-C would never be handled. Checking the pending
+ * set costs a system call, hence only once a millisecond. */
+void wl_spin_check_signals(uint64_t *next_check_ns)
+{
+	uint64_t now = wl_now_ns();
+	if (now < *next_check_ns)
+		return;
+	*next_check_ns = now + 1000000;
+	sigset_t pending;
+	if (sigpending(&pending) == 0 &&
+	    (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) || sigismember(&pending, SIGUSR1)))
+		sched_yield();
+}
+
 int wl_buf_reserve(struct wl_buf *buf, size_t extra)
 {
 	if (buf->len + extra <= buf->cap)
@@ -50,6 +67,13 @@ int wl_buf_reserve(struct wl_buf *buf, size_t extra)
 		if (buf->len + extra <= buf->cap)
 			return 0;
 	}
+	return wl_buf_grow(buf, extra);
+}
+
+int wl_buf_grow(struct wl_buf *buf, size_t extra)
+{
+	if (buf->len + extra <= buf->cap)
+		return 0;
 	size_t cap = buf->cap ? buf->cap : 4096;
 	while (cap < buf->len + extra)
 		cap *= 2;

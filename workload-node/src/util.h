@@ -26,11 +26,16 @@ struct wl_buf {
 	bool oom; /* an append failed for lack of memory (sticky, see wl_enc_ok) */
 };
 
-int wl_buf_reserve(struct wl_buf *buf, size_t extra);
+int wl_buf_reserve(struct wl_buf *buf, size_t extra); /* may compact: offsets into the buffer move */
+int wl_buf_grow(struct wl_buf *buf, size_t extra);    /* never moves data within the buffer */
 void wl_buf_compact(struct wl_buf *buf);
 void wl_buf_free(struct wl_buf *buf);
 static inline size_t wl_buf_avail(const struct wl_buf *buf) { return buf->len - buf->off; }
 static inline uint8_t *wl_buf_head(const struct wl_buf *buf) { return buf->data + buf->off; }
+
+/* For a busy-polling loop: about every millisecond, if SIGINT, SIGTERM or
+ * SIGUSR1 is pending, yield so that the thread waiting for it can run. */
+void wl_spin_check_signals(uint64_t *next_check_ns);
 
 /* Parse a CPU list like "2-18" or "0,2,4-5" into cpus (up to max); returns count or -1. */
 int wl_parse_cpulist(const char *spec, int *cpus, int max_cpus);

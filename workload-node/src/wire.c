@@ -201,10 +201,14 @@ uint8_t wl_reply_status(const uint8_t *msg) { return msg[WL_HDR_LEN]; }
 
 /* ---- encoding ---- */
 
-/* Allocation failure is sticky per buffer: encoders keep going and wl_enc_ok reports it. */
+/* Allocation failure is sticky per buffer: encoders keep going and wl_enc_ok reports it.
+ * Never compacts: wl_put_hdr and friends hand out positions in the buffer
+ * that wl_finish_msg patches later, and moving the data under an unfinished
+ * message would patch the wrong bytes (a connection's out buffer often holds
+ * unsent bytes at an offset; wl_conn_flush compacts it between messages). */
 static uint8_t *grow(struct wl_buf *b, size_t n)
 {
-	if (wl_buf_reserve(b, n) < 0) {
+	if (wl_buf_grow(b, n) < 0) {
 		b->oom = true;
 		return NULL;
 	}

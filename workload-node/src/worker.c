@@ -6,7 +6,6 @@
 #include "trace.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +41,7 @@ void wl_job_finish(struct wl_job *j, uint8_t status)
 			wl_conn_kill(c);
 		} else {
 			WL_COUNT(w, replies, 1);
-			wl_conn_flush(c);
+			wl_conn_queue_flush(c);
 		}
 	}
 	free(j->msg);
@@ -265,6 +264,7 @@ static void on_stream(struct wl_conn *c, uint32_t events)
 					wl_put_bytes(&c->in, wl_buf_head(dst), wl_buf_avail(dst));
 			}
 			w->rbuf.off = w->rbuf.len = 0;
+			wl_worker_flush(w); /* one send for the replies of everything this read brought */
 			if (!ok) {
 				wl_conn_kill(c);
 				return;
@@ -394,15 +394,26 @@ void *wl_worker_main(void *arg)
 {
 	struct wl_worker *w = arg;
 	struct wl_event evs[MAX_EVENTS];
+	uint64_t signal_check_ns = 0, last_event_ns = 0;
+	const struct wl_node_cfg *cfg = &w->node->cfg;
 	while (!__atomic_load_n(&w->node->stop, __ATOMIC_RELAXED)) {
-		/* Busy polling trades a core for the wakeup latency of a blocking wait. */
-		int timeout = w->node->cfg.busy_poll || w->nbacklog ? 0 : wl_fwd_timeout_ms(w, wl_now_ns());
-		uint64_t polled_ns = wl_now_ns();
+		uint64_t now = wl_now_ns();
+		/* --busy-poll-for: right after traffic more is likely; polling for
+		 * it a bounded while saves a wake-up without burning an idle core. */
+		bool spin = cfg->busy_poll || now < last_event_ns + cfg->poll_window_ns;
+		if (spin)
+			wl_spin_check_signals(&signal_check_ns);
+		/* Busy polling trades a core for the wakeup latency of a blocking
+		 * wait. It yields only for a pending signal: under CFS a yield hands
+		 * the core to any neighbour for a whole slice, and the scheduler
+		 * preempts a spinner anyway when something else is due. */
+		int timeout = spin || w->nbacklog ? 0 : wl_fwd_timeout_ms(w, now);
+		uint64_t polled_ns = now;
 		int n = wl_poller_wait(&w->poller, evs, MAX_EVENTS, timeout);
 		if (n < 0)
 			break;
-		if (n == 0 && w->node->cfg.busy_poll)
-			sched_yield(); /* let the signal thread (or anything sharing the core) run */
+		if (n > 0 && cfg->poll_window_ns)
+			last_event_ns = wl_now_ns();
 		for (int i = 0; i < n; i++) {
 			struct wl_conn *c = evs[i].ptr;
 			if (c->dead)
@@ -422,6 +433,7 @@ void *wl_worker_main(void *arg)
 			run_backlog(w);
 		if (w->pend_inuse)
 			wl_fwd_sweep(w, polled_ns);
+		wl_worker_flush(w);
 		wl_conn_reap(w);
 	}
 	return NULL;
