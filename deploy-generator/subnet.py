@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 
 from ..errors import CollapsarError
+from ..manager.addressing import parse_subnet
 
 DEFAULT_BASE = "10.201.0.0"
 DEFAULT_NODE_HEADROOM = 32
@@ -35,13 +36,7 @@ def size_subnet(instances: int, node_headroom: int = DEFAULT_NODE_HEADROOM,
 
 def check_subnet(subnet: str, instances: int, node_headroom: int = DEFAULT_NODE_HEADROOM) -> str:
     """A user's --subnet, checked to be IPv4 and big enough."""
-    try:
-        network = ipaddress.ip_network(subnet, strict=True)
-    except ValueError as error:
-        raise CollapsarError(f"--subnet {subnet}: expected an IPv4 network such as "
-                             f"{DEFAULT_BASE}/16 ({error})") from None
-    if network.version != 4:
-        raise CollapsarError(f"--subnet {subnet}: expected an IPv4 network such as {DEFAULT_BASE}/16")
+    network = parse_subnet(subnet, f"{DEFAULT_BASE}/16")
     need = addresses_needed(instances, node_headroom)
     if network.num_addresses < need:
         raise CollapsarError(f"--subnet {subnet}: holds {network.num_addresses} addresses, the experiment "

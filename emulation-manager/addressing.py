@@ -73,6 +73,17 @@ def netns_name(run_id: str, instance: str) -> str:
     return f"cx-{run_id}-{safe}"[:200]
 
 
+def parse_subnet(subnet: str, example: str) -> ipaddress.IPv4Network:
+    """A user's --subnet as an IPv4 network, or one line naming what was expected."""
+    try:
+        network = ipaddress.ip_network(subnet, strict=True)
+    except ValueError as error:
+        raise CollapsarError(f"--subnet {subnet}: expected an IPv4 network such as {example} ({error})") from None
+    if network.version != 4:
+        raise CollapsarError(f"--subnet {subnet}: expected an IPv4 network such as {example}")
+    return network
+
+
 def plan_network(run_id: str, instances: list[str], subnet: str = DEFAULT_SUBNET) -> NetworkPlan:
     """Give every instance a namespace, a veth and an address from `subnet`.
 
@@ -81,13 +92,7 @@ def plan_network(run_id: str, instances: list[str], subnet: str = DEFAULT_SUBNET
     itself has no address, so instances cannot reach the host through it.
     """
     check_run_id(run_id)
-    try:
-        network = ipaddress.ip_network(subnet, strict=True)
-    except ValueError as error:
-        raise CollapsarError(f"--subnet {subnet}: expected an IPv4 network such as "
-                             f"{DEFAULT_SUBNET} ({error})") from None
-    if network.version != 4:
-        raise CollapsarError(f"--subnet {subnet}: expected an IPv4 network such as {DEFAULT_SUBNET}")
+    network = parse_subnet(subnet, DEFAULT_SUBNET)
     room = network.num_addresses - 3  # network, broadcast, reserved first host
     if len(instances) > room:
         raise CollapsarError(f"--subnet {subnet}: room for {max(room, 0)} instances, the experiment "
