@@ -217,3 +217,9 @@ def test_u32_nodes_count_per_bucket():
     # Same last two octets, different /16s: one bucket, nodes 1, 2, 3.
     assert [layout.place(ip).node for ip in ("10.1.3.4", "10.2.3.4", "10.3.3.4")] == [1, 2, 3]
     assert layout.place("10.1.3.5").node == 1 and layout.place("10.2.3.4").node == 2
+
+
+@pytest.mark.parametrize("bad", ["10.1.2.256", "010.1.2.3", "10.1", "fe80::1"])
+def test_u32_placement_refuses_what_is_not_a_canonical_ipv4_address(bad):
+    with pytest.raises(ValueError):
+        U32Layout().place(bad)
