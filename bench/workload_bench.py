@@ -16,6 +16,9 @@ Modes:
   hybrid   node and client --busy-poll-for 1ms: they spin while traffic
            keeps coming (a request or reply within the last ms) and block
            once it stops; at 1k req/s and above this spins like busy
+  idle     node and client --idle-poll: as default, but a SCHED_IDLE spinner
+           on each of their CPUs keeps the CPUs from halting (idle=poll from
+           user space), so a wake-up finds its CPU running
 
 Figures per variant: `-C 0` p50/p99 at 1k and 10k req/s, the latency-vs-rate
 curve from 1k req/s to saturation, the highest rate whose p99 stays under
@@ -53,7 +56,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUILD = ROOT / "workload-node" / "build"
 LISTEN_RE = re.compile(r"listening on tcp://[0-9.]+:(\d+)")
-MODES = {"default": [], "busy": ["--busy-poll"], "hybrid": ["--busy-poll-for", "1ms"]}
+MODES = {"default": [], "busy": ["--busy-poll"], "hybrid": ["--busy-poll-for", "1ms"], "idle": ["--idle-poll"]}
 RATES = [1000, 2000, 5000, 10000, 20000, 30000, 40000, 50000, 60000, 70000, 80000, 90000, 100000, 120000,
          150000, 200000]
 

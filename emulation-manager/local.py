@@ -30,6 +30,7 @@ from .netns import HostNetwork
 from .control import AdHocLinks, local_control
 from .liveplayer import LivePlayer
 from .rundir import RunDir, RunLock, is_stale, list_runs, plan_cleanup, read_journal, state_dir
+from .stallwatch import StallWatch
 from .status import StatusBoard, StatusServer
 from .topoview import live_view, topology_json
 from .supervisor import Launch, Supervisor
@@ -71,14 +72,14 @@ class LocalRun:
         self.network: dict[str, str] = {name: "up" for name in self.instances}
         self.exit_codes: dict[str, int] = {}
         self._stop_reason: str | None = None
-        self._paths_lock = threading.Lock()
+        self.paths_lock = threading.Lock()
         self.t0_ns: int | None = None
         self.sharing = None  # share_local.LocalSharing once up, unless --no-sharing
 
     # ---- the Actuator the player drives --------------------------------------
 
     def set_paths(self, src, paths) -> None:
-        with self._paths_lock:  # the status API reads the cores' paths meanwhile
+        with self.paths_lock:  # the status API reads the cores' paths meanwhile
             self.cores[src].apply(paths)
         for dst in paths:
             if dst != src:
@@ -234,7 +235,17 @@ class LocalRun:
         had_commands = bool(self.launches)
         last_start_us = self.player.last_start_us
         next_tick = time.monotonic()
+        watch = StallWatch(self.rundir.path / "stalls.txt", self.say)
+        try:
+            self._turn(period_s, had_commands, last_start_us, next_tick, watch)
+        finally:
+            watch.close()
+        self.say(f"stopping: {self._stop_reason}")
+
+    def _turn(self, period_s: float, had_commands: bool, last_start_us: int, next_tick: float,
+              watch: StallWatch) -> None:
         while self._stop_reason is None:
+            watch.beat()
             if self._start_requested.is_set() and not self.player.started:
                 self._start_commands()
                 self._begin()
@@ -258,7 +269,6 @@ class LocalRun:
             if next_tick < now - period_s:
                 next_tick = now  # fell behind (a slow tick): skip, do not burst to catch up
             time.sleep(max(0.0, next_tick - now))
-        self.say(f"stopping: {self._stop_reason}")
 
     def _snapshot(self, now_us: int) -> dict:
         log = [dict(f.as_dict()) for f in self.player.log]
@@ -279,7 +289,7 @@ class LocalRun:
 
     def _paths_json(self) -> list[dict]:
         rows = []
-        with self._paths_lock:
+        with self.paths_lock:
             configured = {src: core.configured() for src, core in self.cores.items()}
         for src, paths in configured.items():
             for dst, path in sorted(paths.items()):

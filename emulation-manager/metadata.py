@@ -242,6 +242,9 @@ class PeerFlows:
     def update(self, message: Message, period: int) -> None:
         self._by_sender[message.sender_id] = (period, message.flows)
 
+    def forget(self, sender_id: int) -> None:
+        self._by_sender.pop(sender_id, None)
+
     def expire(self, period: int) -> list[int]:
         """Forget senders silent for `expiry_periods`; returns their ids."""
         gone = [s for s, (heard, _) in self._by_sender.items() if period - heard >= self.expiry_periods]

@@ -32,7 +32,7 @@ def probe_pairs(run) -> None:
     nets = run.plan.by_instance()
     measured = probe.probe(pairs, {n: nets[n].netns for n in nets}, run.plan.ip_of(),
                            run.options.probe_count)
-    with run._paths_lock:
+    with run.paths_lock:
         want = {(s, d): probe.expected(run.cores[s].configured().get(d),
                                        run.cores[d].configured().get(s)) for s, d in pairs}
     run.probe_records = probe.as_records(measured, want)
@@ -46,7 +46,7 @@ def report_flows(run) -> None:
         return
     flows = run.meter.flows()
     (run.rundir.path / "flows.json").write_text(json.dumps(flows, indent=1))
-    with run._paths_lock:
+    with run.paths_lock:
         configured = {(src, dst): path for src, core in run.cores.items()
                       for dst, path in core.configured().items()}
     for line in flow_table(flows, configured):

@@ -19,14 +19,16 @@ travels between hosts or on the host's loopback, never through an emulated
 
 from __future__ import annotations
 
+import secrets
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Callable, Iterable, Mapping, Protocol
 
-from .metadata import Codec, FlowReport, Inbox, Message, PeerFlows, SendPolicy
+from .metadata import SEQUENCE_MOD, Codec, FlowReport, Inbox, Message, PeerFlows, SendPolicy
 
 STREAM_ID = 1006  # issue 6
+METADATA_PORT = 40106  # UDP, between hosts' managers
 
 
 class Wire(Protocol):
@@ -53,8 +55,37 @@ class MetadataBus:
         self.inbox = Inbox(codec, own_sender_ids=self.sender_ids.values())
         self.peers = PeerFlows(expiry_periods)
         self.counters = BusCounters(dropped=self.inbox.dropped)
+        self._heartbeat_periods, self._change_ratio = heartbeat_periods, change_ratio
         self._policy = {name: SendPolicy(heartbeat_periods, change_ratio) for name in self.sender_ids}
         self._sequence = {name: 0 for name in self.sender_ids}
+
+    def own(self, sender_ids: Mapping[str, int]) -> None:
+        """The cores this manager owns from now on (container mode: containers
+        come, go and move between nodes).  A core given up announces that it
+        has no flow left, so its flows do not wait out the expiry elsewhere.
+        A core taken over continues at a random sequence number: the old
+        owner's last one is unknown, and one within REORDER_WINDOW behind it
+        would be dropped as stale."""
+        for name in [n for n in self.sender_ids if n not in sender_ids]:
+            if self.wire is not None:
+                self._sequence[name] += 1
+                self._send(Message(self.sender_ids[name], self._sequence[name] % SEQUENCE_MOD, ()))
+            del self._policy[name], self._sequence[name]
+        for name in sender_ids:
+            if name not in self.sender_ids:
+                self.peers.forget(sender_ids[name])  # what its old owner said: ours to say now
+                self._policy[name] = SendPolicy(self._heartbeat_periods, self._change_ratio)
+                self._sequence[name] = secrets.randbelow(SEQUENCE_MOD)
+        self.sender_ids = dict(sender_ids)
+        self.inbox.own = frozenset(self.sender_ids.values())
+
+    def _send(self, message: Message) -> None:
+        payload = self.codec.encode(message)
+        taken = self.wire.offer(payload)
+        self.counters.sent_messages += 1
+        self.counters.sent_bytes += len(payload)
+        if not taken:
+            self.counters.unsent_messages += 1
 
     def publish(self, period: int, flows_by_core: Mapping[str, Iterable[FlowReport]]) -> None:
         """Send each owned core's flows if its policy says so (a core with no
@@ -68,12 +99,7 @@ class MetadataBus:
             if not self._policy[name].should_send(key, period):
                 continue
             self._sequence[name] += 1
-            payload = self.codec.encode(Message(self.sender_ids[name], self._sequence[name], reports))
-            taken = self.wire.offer(payload)
-            self.counters.sent_messages += 1
-            self.counters.sent_bytes += len(payload)
-            if not taken:
-                self.counters.unsent_messages += 1
+            self._send(Message(self.sender_ids[name], self._sequence[name] % SEQUENCE_MOD, reports))
 
     def receive(self, period: int) -> dict[int, tuple[FlowReport, ...]]:
         """Take in what arrived; sender id -> its latest flows (expired ones gone)."""

@@ -1,7 +1,9 @@
-"""Bandwidth sharing inside a local run: the ShareLoop bound to a LocalRun.
+"""Bandwidth sharing inside a manager: the ShareLoop bound to a run.
 
-`LocalSharing` is what local.py creates at bring-up, ticks every period and
-closes at teardown.  It owns every instance of the run (one manager), starts
+`ManagerSharing` is the part every mode shares; `LocalSharing` is what
+local.py creates at bring-up, ticks every period and closes at teardown, and
+container mode's `ContainerSharing` (container/sharing.py) follows the
+containers on its node.  A local run owns every instance (one manager), starts
 this host's Aeron media driver (its dir in /dev/shm, its log in the run
 directory; it gets SIGTERM when the manager dies, even by SIGKILL:
 aeron_driver.py) and publishes on `aeron:ipc`, where other managers sharing this
@@ -29,11 +31,11 @@ import os
 import time
 import zlib
 from pathlib import Path as FsPath
-from typing import Callable
+from typing import Callable, Iterable, Mapping, Sequence
 
 from ..errors import CollapsarError
 from .metadata import Codec
-from .share_bus import MetadataBus, open_aeron
+from .share_bus import STREAM_ID, MetadataBus, open_aeron
 from .share_loop import ShareLoop, ShareSettings
 from .sharing import Flow, share
 
@@ -49,25 +51,33 @@ def link_count(state) -> int:
     return max(1, max(state.links, default=0) + 1)
 
 
-class LocalSharing:
-    def __init__(self, run, say: Callable[[str], None], settings: ShareSettings = ShareSettings(),
-                 aeron: bool = True):
-        self.run = run
+class ManagerSharing:
+    """The sharing of one manager, whatever runs its cores: a ShareLoop, its
+    metadata bus and this host's media driver.  `lock` is the one the
+    manager's timeline thread holds while it changes the same cores.
+
+    `listen` (ip:port) and `peers` add the `aeron:udp` channels to other
+    hosts' managers (more with `add_peers`); `driver_prefix` runs the media
+    driver under a command, e.g. nsenter into the namespace whose address
+    `listen` is."""
+
+    def __init__(self, *, source: str, instances: Sequence[str], cores: Mapping[str, object], netem: bool,
+                 first_state, lock, aeron_dir: str, log_path, say: Callable[[str], None],
+                 listen: str | None = None, peers: Sequence[str] = (), driver_prefix: tuple[str, ...] = (),
+                 settings: ShareSettings = ShareSettings(), aeron: bool = True):
         self._say = say
-        first = run.timeline.steps[0].state
-        sender_ids = {name: index for index, name in enumerate(run.instances)}
-        codec = Codec(experiment_tag(run.experiment.source), link_count(first))
+        self._lock = lock
+        self.ids = {name: index for index, name in enumerate(instances)}
+        codec = Codec(experiment_tag(source), link_count(first_state))
         self.transport = None
         self.aeron_problem: str | None = None
         self.lost: list[str] = []  # one line per media driver lost
+        self.peers: list[str] = []
         if aeron:
             try:
-                # tmpfs: Aeron maps its files shared, which a run directory on a
-                # 9p share (--vm) does not support.  The driver removes the dir
-                # when it stops, also when the manager dies (aeron_driver.py).
                 self.transport = open_aeron(
-                    f"/dev/shm/collapsar-{run.run_id}-aeron", listen=None, peers=(),
-                    log_path=run.rundir.path / "aeron-driver.log", on_driver_lost=self._driver_lost,
+                    aeron_dir, listen=listen, peers=(), prefix=driver_prefix, log_path=log_path,
+                    on_driver_lost=self._driver_lost,
                     # A driver that exits is seen at once (its pid); one that hangs after
                     # 10 s, not 2: a loaded host or an emulated VM can stall a keepalive.
                     driver_timeout_ms=10_000)
@@ -75,16 +85,33 @@ class LocalSharing:
                 self.aeron_problem = str(error).splitlines()[0]
                 say(f"warning: no Aeron metadata bus ({self.aeron_problem}); sharing among this "
                     f"manager's instances only")
-        self.bus = MetadataBus(codec, sender_ids, self.transport)
-        self.loop = ShareLoop(run.instances, run.cores, self.bus, netem=run.netem,
+        self.bus = MetadataBus(codec, {name: self.ids[name] for name in cores}, self.transport)
+        self.loop = ShareLoop(list(cores), cores, self.bus, netem=netem,
                               settings=self.settings_from_env(settings),
                               apply=self._apply, configured=self._configured,
-                              sender_names={i: n for n, i in sender_ids.items()})
+                              sender_names={i: n for n, i in self.ids.items()})
+        self.add_peers(peers)
         # The first model run pays numpy's one-time costs (seconds on a VM's
         # emulated CPUs): pay them now, before t=0, not when the first flows start.
         share([Flow("warm-up", (0,), 1000, None, 1)], {0: 1_000_000})
         trace = os.environ.get("COLLAPSAR_SHARE_TRACE")
         self._trace = open(trace, "a") if trace else None
+
+    def add_peers(self, peers: Iterable[str]) -> None:
+        """Publish to these managers (ip:port) too, from now on."""
+        for peer in peers:
+            if peer in self.peers or self.transport is None:
+                continue
+            from .aeron import udp_channel
+            self.transport.add("publication", udp_channel(peer), STREAM_ID)
+            self.peers.append(peer)
+            self._say(f"sharing: metadata to the manager at {peer}")
+
+    def own(self, cores: Mapping[str, object]) -> None:
+        """The cores this manager runs from now on (container mode)."""
+        if list(cores) != self.loop.owned:
+            self.bus.own({name: self.ids[name] for name in cores})
+            self.loop.own(cores)
 
     @staticmethod
     def settings_from_env(settings: ShareSettings = ShareSettings()) -> ShareSettings:
@@ -105,16 +132,18 @@ class LocalSharing:
         self._say(f"warning: sharing: {problem}; restarting the Aeron media driver")
 
     def _apply(self, src: str, changes) -> None:
-        with self.run._paths_lock:  # the timeline thread changes the same cores
-            self.run.cores[src].set_overrides(changes)
+        with self._lock:  # the timeline thread changes the same cores
+            self.loop.cores[src].set_overrides(changes)
 
     def _configured(self, src: str):
-        with self.run._paths_lock:
-            return self.run.cores[src].configured()
+        with self._lock:
+            return self.loop.cores[src].configured()
 
-    def tick(self, now_us: int) -> None:
-        wire = {(f["src"], f["dst"]): f["wire_bytes"] for f in self.run.meter.flows()}
-        self.loop.tick(time.monotonic_ns(), wire, self.run.timeline.state_at(max(0, now_us)))
+    def tick(self, now_us: int, flows: Iterable[dict], state) -> None:
+        """One period: `flows` are the meter's (cumulative `wire_bytes` per
+        src/dst), `state` the timeline's state now."""
+        wire = {(f["src"], f["dst"]): f["wire_bytes"] for f in flows}
+        self.loop.tick(time.monotonic_ns(), wire, state)
         if self._trace is not None:
             flows = [{k: f[k] for k in ("src", "dst", "measured_bps", "allowed_bps", "share_bps",
                                         "congestion_loss_ratio")}
@@ -140,3 +169,21 @@ class LocalSharing:
         if self.transport is not None:
             self.transport.close()
             self.transport = None
+
+
+class LocalSharing(ManagerSharing):
+    """Local mode: one manager owns every instance of the run."""
+
+    def __init__(self, run, say: Callable[[str], None], settings: ShareSettings = ShareSettings(),
+                 aeron: bool = True):
+        self.run = run
+        # tmpfs: Aeron maps its files shared, which a run directory on a 9p
+        # share (--vm) does not support.  The driver removes the dir when it
+        # stops, also when the manager dies (aeron_driver.py).
+        super().__init__(source=run.experiment.source, instances=run.instances, cores=run.cores,
+                         netem=run.netem, first_state=run.timeline.steps[0].state, lock=run.paths_lock,
+                         aeron_dir=f"/dev/shm/collapsar-{run.run_id}-aeron",
+                         log_path=run.rundir.path / "aeron-driver.log", say=say, settings=settings, aeron=aeron)
+
+    def tick(self, now_us: int) -> None:
+        super().tick(now_us, self.run.meter.flows(), self.run.timeline.state_at(max(0, now_us)))

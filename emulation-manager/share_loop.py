@@ -113,6 +113,16 @@ class ShareLoop:
         self._view: _LinkView | None = None
         self.last: dict = {"flows": [], "links": []}
 
+    def own(self, cores: Mapping[str, object]) -> None:
+        """The cores this manager owns from now on (container mode).  A core
+        that is gone or was replaced (a restarted container gets a new one)
+        took its overrides with it: they are forgotten, not removed."""
+        before = self.cores
+        self.owned = list(cores)
+        self.cores = dict(cores)
+        for key in [k for k in self.applied if before.get(k[0]) is not self.cores.get(k[0])]:
+            del self.applied[key]
+
     # ---- 1-2: measurement --------------------------------------------------------
 
     def _rates(self, now_ns: int, wire_bytes: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int]:

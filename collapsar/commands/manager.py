@@ -37,6 +37,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Port of the status API on 127.0.0.1 (0: any free port; -1: none)")
     parser.add_argument("--grace", default="5s", metavar="TIME",
                         help="How long a leaving container gets between SIGTERM and SIGKILL")
+    parser.add_argument("--no-sharing", action="store_true",
+                        help="Shape each pair to its path's rate only: flows crossing the same link do "
+                             "not share it")
     parser.add_argument("--wait-up", default="120s", metavar="TIME",
                         help="How long to wait for the containers present at t=0 before starting the "
                              "timeline with those found")
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         experiment_id=exp_id, duration_us=duration("--duration", args.duration),
         status_port=None if args.status_port < 0 else args.status_port,
         grace_s=duration("--grace", args.grace) / 1e6, wait_up_s=duration("--wait-up", args.wait_up) / 1e6,
-        bootstrapper=os.environ.get("COLLAPSAR_BOOTSTRAPPER") or None)
+        bootstrapper=os.environ.get("COLLAPSAR_BOOTSTRAPPER") or None, sharing=not args.no_sharing)
     run_ = ContainerRun(experiment, build_timeline(experiment), options, DockerView(client, exp_id),
                         _real_tcal(), out=sys.stdout)
     if options.bootstrapper:  # Swarm: other nodes' instances through the overlay's DNS

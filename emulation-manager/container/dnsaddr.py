@@ -117,10 +117,22 @@ class DnsAddresses:
         return found
 
     def __call__(self) -> dict[str, str]:
-        """The socket is made inside the bootstrapper's namespace, on a
-        thread of its own (setns changes only the calling thread)."""
+        return self._in_namespace(self._lookup)
+
+    def task_addresses(self, service: str) -> list[str]:
+        """The addresses of every task of the stack's `service` (e.g. the
+        bootstrapper: one per node)."""
+        def ask() -> list[str]:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                sock.settimeout(self.timeout_s)
+                return sorted(ip for _, ip in self._ask(sock, f"tasks.{self.stack}_{service}", TYPE_A))
+        return self._in_namespace(ask)
+
+    def _in_namespace(self, ask):
+        """Run `ask` with its sockets made inside the bootstrapper's namespace,
+        on a thread of its own (setns changes only the calling thread)."""
         from ..nsexec import CLONE_NEWNET, _libc
-        result: dict[str, str] = {}
+        result: list = []
         failure: list[BaseException] = []
 
         def body() -> None:
@@ -131,7 +143,7 @@ class DnsAddresses:
                         raise OSError(f"setns into the namespace of pid {self.pid}")
                 finally:
                     os.close(fd)
-                result.update(self._lookup())
+                result.append(ask())
             except BaseException as error:  # re-raised on the caller's thread
                 failure.append(error)
 
@@ -140,4 +152,4 @@ class DnsAddresses:
         thread.join()
         if failure:
             raise failure[0]
-        return result
+        return result[0]

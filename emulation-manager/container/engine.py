@@ -104,6 +104,9 @@ class DockerView:
         self._ids = {name: seen.container_id for name, seen in found.items()}
         return found
 
+    def inspect(self, container_id: str) -> dict:
+        return self.client.api.inspect_container(container_id)
+
     def is_running(self, container_id: str) -> bool:
         try:
             return bool(self.client.api.inspect_container(container_id)["State"]["Running"])

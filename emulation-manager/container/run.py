@@ -23,10 +23,9 @@ engine.DockerView.scale_up).
 Addresses of instances on other Swarm nodes come from the overlay's DNS
 (`remote_addresses`, dnsaddr.py); on one host the engine reports them all.
 
-Bandwidth sharing plugs in at `share_hook` (see share_loop.py): it is
-called once per period with the live cores, as local mode's loop does.
-TODO(sharing): bind share_loop here; peers are the bootstrapper tasks,
-`tasks.STACK_collapsar-bootstrap` in the same DNS (one per node).
+Bandwidth sharing (container/sharing.py) ticks once per period with the
+cores this node has now; on Swarm its peers, the other nodes' managers, are
+looked up again at every rescan.
 """
 
 from __future__ import annotations
@@ -46,7 +45,8 @@ from ..experiment import all_instances, paths_from, service_of, timeline_paths
 from ..player import Player
 from ..status import StatusBoard, StatusServer
 from ..topoview import topology_json
-from . import nsbind
+from . import hostsfile, nsbind
+from .dnsaddr import DnsAddresses
 from .engine import DockerView, Seen
 from .meter import ContainerMeter
 
@@ -60,6 +60,7 @@ class ContainerOptions:
     wait_up_s: float = 120.0
     rescan_s: float = 2.0  # rescan even without events: a lost event costs at most this
     bootstrapper: str | None = None  # container id; the manager stops when it is gone
+    sharing: bool = True  # False: per-pair shaping only
 
 
 @dataclass
@@ -84,21 +85,23 @@ class ContainerRun:
         self.ip_of: dict[str, str] = {}  # shared with every core: new addresses reach them all
         self.shaped: dict[str, Shaped] = {}
         self.seen: dict[str, Seen] = {}
-        self._lock = threading.RLock()  # the player thread and the scans both touch cores
+        self.lock = threading.RLock()  # the player thread and the scans both touch cores
         self._stop_reason: str | None = None
         self.t0_ns: int | None = None
         self.player: Player | None = None
         self.meter: ContainerMeter | None = None
-        self.share_hook: Callable[[dict[str, EmulationCore]], None] | None = None
+        self.sharing = None  # container/sharing.py, unless options.sharing is off
+        self.find_peers: Callable[[], list[str]] | None = None  # Swarm: the other nodes' managers
         # Addresses of instances on other nodes (Swarm: dnsaddr.DnsAddresses);
         # None on one host, where the engine reports every container.
         self.remote_addresses: Callable[[], dict[str, str]] | None = None
         self.remote: dict[str, str] = {}
+        self.names_writer: Callable[[int, dict[str, str]], object] = hostsfile.update
 
     # ---- the Actuator the player drives --------------------------------------
 
     def set_paths(self, src, paths) -> None:
-        with self._lock:
+        with self.lock:
             shaped = self.shaped.get(src)
             if shaped is not None:  # not on this node, or not up yet: shaped when found
                 shaped.core.apply({dst: p for dst, p in paths.items() if dst in self.ip_of})
@@ -146,7 +149,7 @@ class ContainerRun:
                 remote = self.remote_addresses()
             except (OSError, ValueError) as error:  # DNS timeouts while tasks come and go: next scan
                 self._say(f"warning: overlay DNS: {error}")
-        with self._lock:
+        with self.lock:
             self._reconcile(seen, remote)
 
     def _reconcile(self, seen: dict[str, Seen], remote: dict[str, str] | None = None) -> None:
@@ -171,6 +174,7 @@ class ContainerRun:
             for src, shaped in self.shaped.items():
                 if src != name:
                     shaped.core.apply({name: paths_from(self._state_now(), src, [name]).get(name)})
+        before = set(self.shaped)
         for name, now in seen.items():
             if not now.running:
                 if self.status.get(name) == "up" and self.t0_ns is not None:
@@ -187,6 +191,15 @@ class ContainerRun:
                 except (CollapsarError, OSError) as error:  # e.g. it stopped meanwhile: rescan
                     self._say(f"warning: {name}: not shaped yet: {error}")
                     self.view.changed.set()
+        self._write_names(self.shaped if added else [name for name in self.shaped if name not in before])
+
+    def _write_names(self, instances) -> None:
+        """Every instance's name in these containers' /etc/hosts (hostsfile.py)."""
+        for name in instances:
+            try:
+                self.names_writer(self.shaped[name].seen.pid, self.ip_of)
+            except OSError as error:  # it stopped meanwhile: the next scan sees that
+                self._say(f"warning: {name}: instance names not written to /etc/hosts: {error}")
 
     def _shape(self, seen: Seen) -> None:
         netns = nsbind.bind(seen.container_id, seen.pid)
@@ -234,6 +247,8 @@ class ContainerRun:
                       f"{'netem' if self.netem else 'htb only (no delay, jitter or loss in this experiment)'}")
             self.view.watch()
             self.meter = ContainerMeter(self.tcal.counters_factory, self._say)
+            if self.options.sharing:
+                self._start_sharing()
             self._wait_up()
             self.board = StatusBoard(self._paths_json)
             if self.options.status_port is not None:
@@ -278,15 +293,38 @@ class ContainerRun:
                 last_scan = now
                 if self.options.bootstrapper and not self.view.is_running(self.options.bootstrapper):
                     self._stop_reason = "the bootstrapper is gone"
-            if self.share_hook is not None:
-                with self._lock:
-                    self.share_hook({name: s.core for name, s in self.shaped.items()})
             self.meter.sample()
+            if self.sharing is not None:
+                self._share(last_scan == now)
             self.board.publish(self._snapshot())
             if self.options.duration_us is not None and self._now_us() >= self.options.duration_us:
                 self._stop_reason = "duration reached"
             self.view.changed.wait(period_s)
         self._say(f"stopping: {self._stop_reason}")
+
+    def _start_sharing(self) -> None:
+        from .sharing import container_sharing
+        bootstrapper = dns = None
+        if self.options.bootstrapper and isinstance(self.remote_addresses, DnsAddresses):
+            dns = self.remote_addresses
+            bootstrapper = self.view.inspect(self.options.bootstrapper)
+        self.sharing, self.find_peers = container_sharing(self, self._say, bootstrapper=bootstrapper, dns=dns)
+        self._share_peers()
+
+    def _share_peers(self) -> None:
+        if self.find_peers is None:
+            return
+        try:
+            self.sharing.add_peers(self.find_peers())
+        except (OSError, ValueError) as error:  # DNS timeouts while tasks come and go: next rescan
+            self._say(f"warning: finding the other managers: {error}")
+
+    def _share(self, rescanned: bool) -> None:
+        if rescanned:
+            self._share_peers()
+        with self.lock:
+            self.sharing.own({name: s.core for name, s in self.shaped.items()})
+        self.sharing.tick(self._now_us(), self.meter.flows(), self._state_now())
 
     def _snapshot(self) -> dict:
         log = [f.as_dict() for f in self.player.log]
@@ -300,11 +338,12 @@ class ContainerRun:
                            "container": self.seen[name].container_id[:12] if name in self.seen else None,
                            "shaped": name in self.shaped} for name in self.instances],
             "throughput": self.meter.flows(),
+            "sharing": self.sharing.status() if self.sharing is not None else {"enabled": False},
             "events": {"applied": log, "pending": self.player.pending},
         }
 
     def _paths_json(self) -> list[dict]:
-        with self._lock:
+        with self.lock:
             configured = {src: s.core.configured() for src, s in self.shaped.items()}
         return [{"src": src, "dst": dst, "cut": path is None,
                  **({} if path is None else {"delay_us": path.delay_us, "jitter_us": path.jitter_us,
@@ -314,6 +353,7 @@ class ContainerRun:
     def _tear_down(self, server) -> None:
         """Every stage runs even when one fails; failures are reported."""
         for what, action in (("stop the timeline", self.player and self.player.stop),
+                             ("stop sharing", self.sharing and self.sharing.close),
                              ("detach the counters", self.meter and self.meter.close),
                              ("stop watching events", self.view.close),
                              ("stop the status API", server and server.stop)):
@@ -323,7 +363,7 @@ class ContainerRun:
                 action()
             except Exception as error:  # reported; teardown goes on
                 self._say(f"warning: teardown: {what}: {type(error).__name__}: {error}")
-        with self._lock:
+        with self.lock:
             count = len(self.shaped)
             for name in list(self.shaped):
                 # A stopped container's tree went with its interface: only

@@ -16,7 +16,7 @@ from collapsar.tcal.plan import htb_params
 from collapsar.timeline import build_timeline
 
 from dockerlib import (TOPOLOGY, classes_by_destination, collapsar_processes, docker, htb_rates, ifname_of,
-                       labelled_containers, log, mtu_of, netns_inodes, status, wait_for)
+                       labelled_containers, log, mtu_of, netns_inodes, run, status, wait_for)
 
 JOIN_AT_S, LEAVE_AT_S = 3, 15  # tests/docker/data/rates.yaml: late joins, client-2 leaves
 BLACKHOLE = "1:2"
@@ -58,6 +58,19 @@ def check_rates(snapshot: dict, timeline) -> dict[str, int]:
     return inodes
 
 
+def check_names(snapshot: dict) -> None:
+    """Instance names resolve inside the containers as in local mode
+    (`client-2`, which Docker's DNS does not know; hostsfile.py)."""
+    ip_of = {inst["name"]: inst["ip"] for inst in snapshot["instances"]}
+    server = next(i for i in snapshot["instances"] if i["name"] == "server")
+
+    def resolved():
+        answer = run("docker", "exec", server["container"], "getent", "hosts", "client-2", "late",
+                     check=False).stdout.split()
+        return dict(zip(answer[1::2], answer[0::2])) == {"client-2": ip_of["client-2"], "late": ip_of["late"]}
+    wait_for("instance names in the server's /etc/hosts", resolved, 10)
+
+
 def exercise(mode: str, experiment: str, deploy: Callable[[], None], remove: Callable[[], None],
              manager_filter: str, also: Callable[[dict], None] = lambda snapshot: None) -> float:
     """Returns the seconds from deploy to every instance shaped."""
@@ -74,6 +87,7 @@ def exercise(mode: str, experiment: str, deploy: Callable[[], None], remove: Cal
         late = next(i for i in snapshot["instances"] if i["name"] == "late")
         assert late["status"] == "up"
         inodes = check_rates(snapshot, timeline)
+        check_names(snapshot)
         also(snapshot)
         assert set(inodes) == {"server", "client", "client-2", "late"}
         client2 = next(i for i in snapshot["instances"] if i["name"] == "client-2")

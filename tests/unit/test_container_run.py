@@ -54,6 +54,12 @@ def bindings(monkeypatch):
     return live
 
 
+def record_names(run) -> list[tuple[int, dict]]:
+    written: list[tuple[int, dict]] = []
+    run.names_writer = lambda pid, ip_of: written.append((pid, dict(ip_of)))
+    return written
+
+
 def make_run(first_instances=("a", "b", "c"), experiment=None):
     FakeTree.made.clear()
     state = FakeState(list(first_instances), full_mesh(list(first_instances), rate_bps=10_000_000))
@@ -194,3 +200,18 @@ def test_a_container_that_cannot_be_shaped_now_is_retried_not_fatal(bindings, mo
     assert run.view.changed.is_set()
     assert "warning: a: not shaped yet: namespace cxd-a00000000000-100: no interface holds 10.0.0.2" \
         in run.out.getvalue()
+
+
+def test_instance_names_reach_every_shaped_container_and_follow_new_addresses(bindings):
+    run = make_run()
+    written = record_names(run)
+    run._reconcile({"a": seen("a", pid=11), "b": seen("b", pid=12)})
+    assert sorted(pid for pid, _ in written) == [11, 12]
+    assert written[-1][1] == {"a": "10.0.0.2", "b": "10.0.0.3"}
+    written.clear()
+    run._reconcile({"a": seen("a", pid=11), "b": seen("b", pid=12)})
+    assert written == []  # nothing new: nothing rewritten
+    run._reconcile({n: seen(n, pid=p) for n, p in (("a", 11), ("b", 12), ("c", 13))})
+    # c's address is new: every container learns it, c included
+    assert sorted(pid for pid, _ in written) == [11, 12, 13]
+    assert all(names == {"a": "10.0.0.2", "b": "10.0.0.3", "c": "10.0.0.4"} for _, names in written)

@@ -219,6 +219,55 @@ def test_two_managers_reach_the_shares_of_one():
     assert left.bus.inbox.dropped["own"] > 0 and left.bus.inbox.accepted > 0
 
 
+def test_a_core_that_moves_between_managers_is_counted_once_and_keeps_its_share():
+    # Container mode: b's container restarts on the other node.
+    plant = Plant()
+    plant.wants = {("a", "ra"): 50 * M, ("b", "rb"): 50 * M}
+    hub = {}
+    left = plant.loop(["a"], Wire(hub, "left"), increase_gain=1.0)
+    right = plant.loop(["b"], Wire(hub, "right"), increase_gain=1.0)
+
+    def run(periods):
+        rates = []
+        for _ in range(periods):
+            counters = plant.advance()
+            for loop in (left, right):
+                loop.tick(plant.now_ns, counters, plant.state())
+            rates.append((plant.rate("a", "ra"), plant.rate("b", "rb")))
+        return rates
+
+    assert run(6)[-1] == (5 * M, 5 * M)
+    sent_before = right.bus.counters.sent_messages
+    right.bus.own({})  # b's old owner gives it up: one empty message says so
+    right.own({})
+    assert right.bus.counters.sent_messages == sent_before + 1
+    plant.cores["b"].set_overrides({"rb": None})  # the new container's tree starts unshared
+    left.bus.own({"a": plant.sender_ids["a"], "b": plant.sender_ids["b"]})
+    left.own({"a": plant.cores["a"], "b": plant.cores["b"]})
+    rates = run(12)  # until t=0.9 s: the bottleneck becomes 20 Mbit/s at 1 s
+    # b's old announcements are forgotten, not counted next to b's own flow:
+    # never a third of the link each.
+    assert all(pair[0] >= 5 * M for pair in rates), rates
+    assert rates[-1] == (5 * M, 5 * M)
+    assert left.last["flows"] and all(f["local"] for f in left.last["flows"])
+
+
+def test_a_replaced_core_forgets_the_overrides_of_the_old_one():
+    plant = Plant()
+    plant.wants = {("a", "ra"): 50 * M, ("b", "rb"): 50 * M}
+    loop = plant.loop(increase_gain=1.0)
+    plant.run(loop, 6)
+    assert loop.applied[("a", "ra")].rate_bps == 5 * M
+    fresh = EmulationCore("a", "eth0", "ns2", {n: f"10.0.0.{i + 2}" for i, n in enumerate(plant.instances)},
+                          FakeTree, Shaping, netem=True, wire_overhead=True)
+    fresh.install(paths_from(plant.timeline.steps[0].state, "a", plant.instances))
+    loop.own({**plant.cores, "a": fresh})
+    assert ("a", "ra") not in loop.applied and ("b", "rb") in loop.applied
+    plant.cores["a"] = fresh
+    plant.run(loop, 3)
+    assert plant.rate("a", "ra") == 5 * M  # pushed again into the new core
+
+
 def test_a_silent_manager_expires_and_gives_its_capacity_back():
     plant = Plant()
     plant.wants = {("a", "ra"): 50 * M}

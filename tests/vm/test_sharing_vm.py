@@ -142,8 +142,10 @@ def udp_run(tmp_path_factory):
     for line in (out / "trace.jsonl").read_text().splitlines():
         for flow in json.loads(line)["flows"]:
             loss.setdefault(flow["src"], []).append(flow["congestion_loss_ratio"])
+    stalls = sorted((out.parent / "runs").glob("*/stalls.txt"))
     return {"code": code, "lines": run.lines, "loss": loss, "t": received_per_second(out / "rt.json"),
             "trace": trace_summary(out / "trace.jsonl", "t"),
+            "stalls": "\n".join(path.read_text()[-6000:] for path in stalls),
             "u_lost": [udp_lost_ratio(out / f"ru{i}.json") for i in (1, 2)]}
 
 
@@ -167,7 +169,7 @@ def test_udp_senders_see_loss_while_tcp_keeps_its_share(udp_run, record_property
     # delivered 5-15% over their rate (TCP 2.13, UDP 2.4 each) while the
     # loop's trace showed t's class at exactly 2.0 Mbit/s all along.
     assert 0.9 * share < tcp < 1.2 * share, \
-        f"{tcp} {udp_run['t']}\n{udp_run['trace']}\n" + "\n".join(udp_run["lines"])
+        f"{tcp} {udp_run['t']}\n{udp_run['trace']}\n" + "\n".join(udp_run["lines"]) + udp_run["stalls"]
     # 4 offered for a share of 2: about half is lost.
     assert all(0.35 < lost < 0.65 for lost in udp_run["u_lost"]), udp_run["u_lost"]
     # The model charged the congestion to the UDP senders, not to TCP.

@@ -23,6 +23,7 @@ static const char usage[] =
 	"  --spin                 busy-wait between sends instead of clock_nanosleep\n"
 	"  --busy-poll            each pair is one thread that never sleeps (lowest latency, a core each)\n"
 	"  --busy-poll-for TIME   poll for a reply up to TIME after the last send or reply before blocking\n"
+	"  --idle-poll            keep every CPU out of its idle state with a lowest-priority spinner\n"
 	"  --seed N               PRNG seed (default 1)\n"
 	"  --timeout TIME         client request timeout (default 10s)\n"
 	"  --no-delay 0|1         TCP_NODELAY (default 1)\n"
@@ -66,7 +67,7 @@ static int sample_values(struct client *cl)
 }
 
 enum {
-	OPT_TO = 256, OPT_RESOLVE, OPT_BUSY, OPT_BUSY_FOR, OPT_NT, OPT_NS, OPT_RSS, OPT_SPIN, OPT_SEED, OPT_TIMEOUT, OPT_NODELAY,
+	OPT_TO = 256, OPT_RESOLVE, OPT_BUSY, OPT_BUSY_FOR, OPT_IDLE, OPT_NT, OPT_NS, OPT_RSS, OPT_SPIN, OPT_SEED, OPT_TIMEOUT, OPT_NODELAY,
 	OPT_OUTFMT, OPT_JSON, OPT_TRACE, OPT_SAMPLE, OPT_LOFF, OPT_SOFF, OPT_SKIP, OPT_FWDEND, OPT_BRANCH, OPT_PS, OPT_RS,
 };
 
@@ -89,6 +90,7 @@ static int parse_args(int argc, char **argv, struct client *cl)
 		{"ns", required_argument, 0, OPT_NS}, {"num-sessions", required_argument, 0, OPT_NS},
 		{"rss", required_argument, 0, OPT_RSS}, {"spin", no_argument, 0, OPT_SPIN},
 		{"busy-poll", no_argument, 0, OPT_BUSY}, {"busy-poll-for", required_argument, 0, OPT_BUSY_FOR},
+		{"idle-poll", no_argument, 0, OPT_IDLE},
 		{"seed", required_argument, 0, OPT_SEED}, {"timeout", required_argument, 0, OPT_TIMEOUT},
 		{"no-delay", required_argument, 0, OPT_NODELAY}, {"cpus", required_argument, 0, 'c'},
 		{"output", required_argument, 0, 'o'}, {"output-format", required_argument, 0, OPT_OUTFMT},
@@ -131,6 +133,7 @@ static int parse_args(int argc, char **argv, struct client *cl)
 			break;
 		case OPT_SPIN: cl->spin = true; break;
 		case OPT_BUSY: cl->busy_poll = true; break;
+		case OPT_IDLE: cl->idle_poll = true; break;
 		case OPT_BUSY_FOR:
 			rc = wl_parse_number(optarg, WL_UNIT_TIME, &v, "--busy-poll-for");
 			if (rc == 0 && (v < 0 || v > 1e6))
@@ -257,6 +260,8 @@ int main(int argc, char **argv)
 	pthread_t sig_thread;
 	if (pthread_create(&sig_thread, NULL, signal_main, &cl) != 0)
 		return wl_err("pthread_create signal thread failed"), 1;
+	if (cl.idle_poll && wl_idle_poll_start() < 0)
+		return 1;
 	cl.rt_offset_ns = wl_realtime_ns() - wl_now_ns();
 	cl.start_ns = wl_now_ns() + 5000000; /* every pair starts its schedule at the same instant */
 	bool solo = wl_pair_solo(&cl);

@@ -18,7 +18,7 @@ struct client {
 	struct wl_value pace_value;
 	uint64_t rss_ns;
 	uint64_t poll_window_ns; /* --busy-poll-for: spin this long for a reply before blocking */
-	bool spin, busy_poll, nodelay, json, out_json;
+	bool spin, busy_poll, idle_poll, nodelay, json, out_json;
 	const char *out_path, *trace_path, *sample_spec;
 	struct wl_trace *trace;
 	uint64_t start_ns, rt_offset_ns;

@@ -35,7 +35,9 @@ static const char usage[] =
 	"      --sync PERIOD        periodic fsync period for psync stores (default 100ms)\n"
 	"      --trace FILE         write OpenTelemetry JSON spans of every request\n"
 	"      --busy-poll          workers poll without sleeping (lower latency, a full core each)\n"
-	"      --busy-poll-for TIME poll up to TIME after the last event before blocking\n";
+	"      --busy-poll-for TIME poll up to TIME after the last event before blocking\n"
+	"      --idle-poll          keep every CPU out of its idle state with a lowest-priority spinner\n"
+	"                           (idle=poll from user space: cheaper wake-ups, CPUs shown 100% busy)\n";
 
 static int parse_mode(const char *arg, const char *const *names, int n, const char *what)
 {
@@ -57,7 +59,7 @@ static int parse_args(int argc, char **argv, struct wl_node_cfg *cfg)
 		{"max-storage-size", required_argument, 0, 'm'}, {"odirect", no_argument, 0, 'O'},
 		{"sync", required_argument, 0, 'S'}, {"trace", required_argument, 0, 'T'},
 		{"busy-poll", no_argument, 0, 'Y'}, {"busy-poll-for", required_argument, 0, 'W'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+		{"idle-poll", no_argument, 0, 'I'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
 	};
 	static const char *const am_names[] = {"child", "shared", "parent"};
 	static const char *const pm_names[] = {"epoll", "poll", "select"};
@@ -121,6 +123,7 @@ static int parse_args(int argc, char **argv, struct wl_node_cfg *cfg)
 			break;
 		case 'T': cfg->trace_path = optarg; break;
 		case 'Y': cfg->busy_poll = true; break;
+		case 'I': cfg->idle_poll = true; break;
 		case 'W':
 			if (wl_parse_number(optarg, WL_UNIT_TIME, &v, "--busy-poll-for") < 0)
 				return -1;
@@ -363,6 +366,10 @@ int main(int argc, char **argv)
 		announce(&node);
 	pthread_barrier_wait(&node.started);
 	if (failed) {
+		stop_workers(&node);
+		return 1;
+	}
+	if (node.cfg.idle_poll && wl_idle_poll_start() < 0) {
 		stop_workers(&node);
 		return 1;
 	}

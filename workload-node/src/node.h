@@ -41,7 +41,7 @@ struct wl_node_cfg {
 	int nbinds;
 	const char *storage_path, *trace_path;
 	uint64_t storage_max_bytes, psync_period_ns;
-	bool odirect, busy_poll;
+	bool odirect, busy_poll, idle_poll;
 	uint64_t poll_window_ns; /* --busy-poll-for: poll this long after the last event before blocking */
 	struct wl_sched sched; /* --sched, for the workers */
 };

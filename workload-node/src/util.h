@@ -39,5 +39,8 @@ void wl_spin_check_signals(uint64_t *next_check_ns);
 
 /* Parse a CPU list like "2-18" or "0,2,4-5" into cpus (up to max); returns count or -1. */
 int wl_parse_cpulist(const char *spec, int *cpus, int max_cpus);
+/* --idle-poll: one SCHED_IDLE spinner per CPU this process may use (idlepoll.c);
+ * returns how many were started, or -1 (reported). */
+int wl_idle_poll_start(void);
 /* Pin the calling thread to cpu; a CPU this machine does not have is reported and skipped. */
 int wl_pin_thread(int cpu, const char *who);
