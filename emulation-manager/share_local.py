@@ -108,10 +108,11 @@ class ManagerSharing:
             self._say(f"sharing: metadata to the manager at {peer}")
 
     def own(self, cores: Mapping[str, object]) -> None:
-        """The cores this manager runs from now on (container mode)."""
+        """The cores this manager runs from now on (container mode): every
+        period, since a restarted container keeps its name but not its core."""
         if list(cores) != self.loop.owned:
             self.bus.own({name: self.ids[name] for name in cores})
-            self.loop.own(cores)
+        self.loop.own(cores)
 
     @staticmethod
     def settings_from_env(settings: ShareSettings = ShareSettings()) -> ShareSettings:

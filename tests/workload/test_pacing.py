@@ -73,3 +73,36 @@ def test_spin_pacing_reaches_the_rate(start_node, run_client, tmp_path):
     times = sends(out)
     assert len(times) == 2000 and res["ok"] == 2000
     assert abs((len(times) - 1) / ((times[-1] - times[0]) / 1e6) - 2000) <= 40
+
+
+def test_a_late_sender_is_reported_as_send_lateness_not_hidden(binaries, start_node):
+    """Latency runs from the actual send; a sender held back (here: stopped
+    for 300 ms) sends its due requests late, and the summary says how late."""
+    import json
+    import signal
+    import subprocess
+    import time
+
+    from wl_support import sanitizer_env
+
+    node = start_node()
+    client = subprocess.Popen([str(binaries["client"]), "--to", node.addr, "-C", "0", "-r", "1000", "-n", "1500",
+                               "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=sanitizer_env())
+    time.sleep(0.5)
+    client.send_signal(signal.SIGSTOP)
+    time.sleep(0.3)
+    client.send_signal(signal.SIGCONT)
+    out, err = client.communicate(timeout=60)
+    assert client.returncode == 0, err
+    summary = json.loads(out.splitlines()[-1])
+    late = summary["send_lateness_us"]
+    assert late["max"] >= 250_000, late  # the first request due in the stop waited it out
+    assert late["p50"] < 1_000, late  # the others went out on time
+    assert summary["ok"] == 1500
+
+
+def test_a_closed_loop_has_no_send_lateness(start_node, run_client):
+    node = start_node()
+    result = run_client("--to", node.addr, "-C", "0", "-n", "200")
+    assert result["ok"] == 200 and "send_lateness_us" not in result.summary

@@ -13,10 +13,12 @@ struct wl_record {
 	uint8_t done;
 	uint16_t thread;
 	uint32_t session;
+	uint32_t late_ns; /* open loop: how long after its due time it went out (saturating) */
 };
 
 struct wl_summary {
 	struct wl_hist hist; /* requests that got a reply, whatever its status */
+	struct wl_hist late; /* open loop: send time minus due time, every request sent */
 	uint64_t ok, timeout, err, unsent;
 	uint64_t first_send_ns, last_done_ns;
 };

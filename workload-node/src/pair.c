@@ -58,6 +58,7 @@ uint64_t wl_pair_send(struct pair *p, struct wl_sendq *q, int fd, uint64_t i, ui
 {
 	struct client *cl = p->cl;
 	uint64_t first = i;
+	uint64_t due[SEND_BATCH_MAX];
 	q->buf.len = q->buf.off = 0;
 	q->buf.oom = false;
 	for (;;) {
@@ -68,6 +69,7 @@ uint64_t wl_pair_send(struct pair *p, struct wl_sendq *q, int fd, uint64_t i, ui
 			tid = p->ids[i];
 			sid = p->ids[i] + 16;
 		}
+		due[i - first] = q->due;
 		q->have_due = false;
 		if (wl_workload_encode(&cl->wk, &q->buf, (uint64_t)p->index << 40 | i, tid, sid, &p->rng) < 0) {
 			q->buf.len = mark; /* a half-encoded request never goes out */
@@ -89,8 +91,12 @@ uint64_t wl_pair_send(struct pair *p, struct wl_sendq *q, int fd, uint64_t i, ui
 	if (i == first)
 		return i;
 	uint64_t now = wl_now_ns();
-	for (uint64_t k = first; k < i; k++)
+	bool open = cl->pace_mode != WL_PACE_CLOSED;
+	for (uint64_t k = first; k < i; k++) {
+		uint64_t late = open && now > due[k - first] ? now - due[k - first] : 0;
+		p->recs[k].late_ns = late > UINT32_MAX ? UINT32_MAX : (uint32_t)late;
 		__atomic_store_n(&p->recs[k].send_ns, now, __ATOMIC_RELEASE);
+	}
 	__atomic_store_n(&p->sent, i, __ATOMIC_RELEASE);
 	if (send_all(fd, q->buf.data, q->buf.len) < 0)
 		*broken = true; /* the receiver sees the broken connection and marks ERR */
