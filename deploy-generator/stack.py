@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 
+from ..manager.container.hostsfile import SHAPED_MARK
 from ..manager.experiment import service_of
 from ..model import Experiment, Service
 from .manager_spec import MANAGER_SPEC, manager_environment
@@ -33,6 +34,13 @@ from .naming import (BOOTSTRAP_SERVICE, IMAGE_MANAGER, IMAGE_NODE, LABEL_EXPERIM
                      LABEL_SERVICE, MANAGER_SERVICE, NETWORK, check_service_name)
 
 SWARM_FILE_VERSION = "3.8"
+# Run by the workload image's containers before their command: wait for the
+# manager's mark (container/hostsfile.py), removing one left by an earlier
+# start of the same container first.  Says so after 10 s of waiting.
+WAIT_FOR_SHAPING = (
+    f'rm -f {SHAPED_MARK}; i=0; while [ ! -e {SHAPED_MARK} ]; do i=$((i+1)); '
+    f'[ $i -eq 100 ] && echo "collapsar: waiting for the emulation manager to shape this container" >&2; '
+    f'sleep 0.1; done; exec "$@"')
 _KIB, _MIB = 1024, 1024 * 1024
 
 
@@ -77,7 +85,12 @@ def _instance_base(service: Service, options: DeployOptions) -> dict:
     check_service_name(service.name, where)
     spec: dict = {"image": service.image or options.node_image}
     if service.command:
-        spec["command"] = list(service.command)
+        # The workload image has no entrypoint, so its command can wait for
+        # the manager to shape the container, as local mode starts commands
+        # only on shaped paths.  An image of the user's own may have an
+        # entrypoint that takes the command as its arguments: left as is.
+        spec["command"] = (list(service.command) if service.image
+                           else ["sh", "-c", WAIT_FOR_SHAPING, "collapsar-wait", *service.command])
     spec["environment"] = {**service.env, "COLLAPSAR_SERVICE": service.name,
                            "COLLAPSAR_EXPERIMENT": options.experiment_id}
     if service.workdir:
@@ -107,6 +120,12 @@ def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: Deplo
         if limits:
             deploy["resources"] = {"limits": limits}
         spec["deploy"] = deploy
+        # Each task learns its instance name as in local mode (replica 1 is
+        # `client`, replica N `client-N`): Swarm expands Go templates in
+        # environment values per task.  Compose cannot (its replicas are
+        # identical containers): there only COLLAPSAR_SERVICE is set.
+        spec["environment"]["COLLAPSAR_INSTANCE"] = (
+            f'{{{{if eq .Task.Slot "1"}}}}{service.name}{{{{else}}}}{service.name}-{{{{.Task.Slot}}}}{{{{end}}}}')
         services[service.name] = spec
     services[BOOTSTRAP_SERVICE] = {
         "image": options.manager_image,

@@ -1,4 +1,5 @@
-"""Instance names in the containers' /etc/hosts.
+"""Instance names in the containers' /etc/hosts, and the mark that says a
+container is shaped.
 
 Docker's DNS knows services (`client`), not the topology's instances
 (`client-2`).  The manager keeps one marked block in each shaped
@@ -14,6 +15,9 @@ from __future__ import annotations
 
 import os
 
+# Written into a container once it is shaped and named: the generated
+# files make the workload image's commands wait for it (deploy/stack.py).
+SHAPED_MARK = "/tmp/collapsar-shaped"
 BEGIN = "# collapsar: the experiment's instances (kept by the emulation manager)"
 END = "# collapsar: end"
 
@@ -37,8 +41,7 @@ def update(pid: int, ip_of: dict[str, str]) -> bool:
     process is `pid`; OSError when it is gone (the next scan sees that).
     A process that shares this manager's root is no container: its
     /etc/hosts is the host's, and is left alone (False)."""
-    root, ours = os.stat(f"/proc/{pid}/root"), os.stat("/")
-    if (root.st_dev, root.st_ino) == (ours.st_dev, ours.st_ino):
+    if not _in_a_container(pid):
         return False
     with open(f"/proc/{pid}/root/etc/hosts", "r+") as handle:
         new = with_block(handle.read(), ip_of)
@@ -46,3 +49,19 @@ def update(pid: int, ip_of: dict[str, str]) -> bool:
         handle.write(new)
         handle.truncate()
     return True
+
+
+def mark_shaped(pid: int) -> bool:
+    """Tell the container whose main process is `pid` that its paths are
+    shaped (a generated command waits for this); False for a process that is
+    no container (see `update`)."""
+    if not _in_a_container(pid):
+        return False
+    with open(f"/proc/{pid}/root{SHAPED_MARK}", "w") as handle:
+        handle.write("shaped\n")
+    return True
+
+
+def _in_a_container(pid: int) -> bool:
+    root, ours = os.stat(f"/proc/{pid}/root"), os.stat("/")
+    return (root.st_dev, root.st_ino) != (ours.st_dev, ours.st_ino)

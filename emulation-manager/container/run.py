@@ -97,6 +97,7 @@ class ContainerRun:
         self.remote_addresses: Callable[[], dict[str, str]] | None = None
         self.remote: dict[str, str] = {}
         self.names_writer: Callable[[int, dict[str, str]], object] = hostsfile.update
+        self.shaped_marker: Callable[[int], object] = hostsfile.mark_shaped
 
     # ---- the Actuator the player drives --------------------------------------
 
@@ -191,7 +192,13 @@ class ContainerRun:
                 except (CollapsarError, OSError) as error:  # e.g. it stopped meanwhile: rescan
                     self._say(f"warning: {name}: not shaped yet: {error}")
                     self.view.changed.set()
-        self._write_names(self.shaped if added else [name for name in self.shaped if name not in before])
+        fresh = [name for name in self.shaped if name not in before]
+        self._write_names(self.shaped if added else fresh)
+        for name in fresh:  # named and shaped: a waiting command may start (hostsfile.py)
+            try:
+                self.shaped_marker(self.shaped[name].seen.pid)
+            except OSError as error:  # stopped meanwhile, or a read-only root
+                self._say(f"warning: {name}: cannot mark it shaped: {error}")
 
     def _write_names(self, instances) -> None:
         """Every instance's name in these containers' /etc/hosts (hostsfile.py)."""

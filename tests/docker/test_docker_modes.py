@@ -37,7 +37,7 @@ def test_swarm_stack_deploys_shapes_plays_and_leaves_nothing(tmp_path, images, s
                        deploy=lambda: docker("stack", "deploy", "-c", stack, STACK),
                        remove=lambda: remove_stack(experiment),
                        manager_filter=f"name=collapsar-manager-{experiment}",
-                       also=overlay_dns_agrees)
+                       also=swarm_names_agree)
     assert seconds > 3  # `late` joins at t=3s: shaped only after its join
 
 
@@ -49,6 +49,15 @@ def remove_stack(experiment: str) -> None:
         return
     wait_for("the stack's containers to go", lambda: not labelled_containers(experiment), 90)
     docker("stack", "rm", STACK)
+
+
+def swarm_names_agree(snapshot: dict) -> None:
+    overlay_dns_agrees(snapshot)
+    # Each task knows its instance name, as in local mode (a Swarm template
+    # in the generated file expands per task).
+    for inst in snapshot["instances"]:
+        env = docker("inspect", "-f", "{{json .Config.Env}}", inst["container"])
+        assert f'"COLLAPSAR_INSTANCE={inst["name"]}"' in env, (inst["name"], env)
 
 
 def overlay_dns_agrees(snapshot: dict) -> None:

@@ -33,3 +33,8 @@ def test_a_process_sharing_our_root_is_not_a_container_and_its_hosts_file_is_lef
 def test_a_gone_process_is_an_oserror():
     with pytest.raises(OSError):
         hostsfile.update(2 ** 22 + 1, {"server": "10.0.0.3"})
+
+
+def test_the_shaped_mark_is_not_written_outside_a_container(tmp_path):
+    assert hostsfile.mark_shaped(os.getpid()) is False
+    assert not os.path.exists(hostsfile.SHAPED_MARK)

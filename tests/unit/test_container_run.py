@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from collapsar.manager.container import nsbind
+from collapsar.manager.container import hostsfile, nsbind
 from collapsar.manager.container.engine import Seen, seen_from
 from collapsar.manager.container.run import ContainerOptions, ContainerRun
 from collapsar.tcal.plan import Shaping
@@ -51,12 +51,17 @@ def bindings(monkeypatch):
     monkeypatch.setattr(nsbind, "bind", bind)
     monkeypatch.setattr(nsbind, "release", live.discard)
     monkeypatch.setattr(nsbind, "ifname_with", lambda name, ip: "eth0")
+    # Fake pids are no containers: never touch /proc/PID/root of real processes.
+    monkeypatch.setattr(hostsfile, "update", lambda pid, ip_of: True)
+    monkeypatch.setattr(hostsfile, "mark_shaped", lambda pid: True)
     return live
 
 
 def record_names(run) -> list[tuple[int, dict]]:
     written: list[tuple[int, dict]] = []
     run.names_writer = lambda pid, ip_of: written.append((pid, dict(ip_of)))
+    run.marked = []
+    run.shaped_marker = run.marked.append
     return written
 
 
@@ -208,6 +213,7 @@ def test_instance_names_reach_every_shaped_container_and_follow_new_addresses(bi
     run._reconcile({"a": seen("a", pid=11), "b": seen("b", pid=12)})
     assert sorted(pid for pid, _ in written) == [11, 12]
     assert written[-1][1] == {"a": "10.0.0.2", "b": "10.0.0.3"}
+    assert sorted(run.marked) == [11, 12]  # shaped and named: their commands may start
     written.clear()
     run._reconcile({"a": seen("a", pid=11), "b": seen("b", pid=12)})
     assert written == []  # nothing new: nothing rewritten
@@ -215,3 +221,4 @@ def test_instance_names_reach_every_shaped_container_and_follow_new_addresses(bi
     # c's address is new: every container learns it, c included
     assert sorted(pid for pid, _ in written) == [11, 12, 13]
     assert all(names == {"a": "10.0.0.2", "b": "10.0.0.3", "c": "10.0.0.4"} for _, names in written)
+    assert sorted(run.marked) == [11, 12, 13]  # each marked once, when it was shaped

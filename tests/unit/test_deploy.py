@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from collapsar.commands.generate import generate_text
+from collapsar.deploy.stack import WAIT_FOR_SHAPING
 from collapsar.deploy.manager_spec import MANAGER_SPEC, sdk_run_kwargs
 from collapsar.deploy.naming import (check_service_name, experiment_id, instance_of, replica_of)
 from collapsar.deploy.subnet import addresses_needed, check_subnet, size_subnet
@@ -49,6 +50,31 @@ def generated(path, swarm, **kw):
     head = text.splitlines()[:2]
     return head, yaml.safe_load(text)
 
+# The workload image's commands wait for the manager's mark (an image of the
+# user's own, like busybox below, keeps its command as written).
+WAITING = ["sh", "-c", WAIT_FOR_SHAPING, "collapsar-wait"]
+
+
+def test_the_wait_for_shaping_runs_the_command_only_after_the_mark(tmp_path):
+    import subprocess
+    import time
+    mark = tmp_path / "shaped"
+    mark.write_text("left by an earlier start\n")
+    script = WAIT_FOR_SHAPING.replace("/tmp/collapsar-shaped", str(mark))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(["sh", "-c", script, "collapsar-wait", "sh", "-c", f"echo started \"$0\" > {out}",
+                             "with args"])
+    try:
+        time.sleep(0.5)
+        assert not out.exists() and not mark.exists()  # the old mark was removed; still waiting
+        mark.write_text("shaped\n")
+        assert proc.wait(timeout=5) == 0
+        assert out.read_text() == "started with args\n"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
 
 def test_swarm_stack_is_exactly_this(topology):
     head, doc = generated(topology, swarm=True)
@@ -57,8 +83,10 @@ def test_swarm_stack_is_exactly_this(topology):
     assert list(doc["services"]) == ["server", "client", "late", "collapsar-bootstrap"]
     assert doc["services"]["server"] == {
         "image": "collapsar/node:0.1.0",
-        "command": ["wl-node", "--port", "7000"],
-        "environment": {"MODE": "fast", "COLLAPSAR_SERVICE": "server", "COLLAPSAR_EXPERIMENT": EXP_ID},
+        "command": WAITING + ["wl-node", "--port", "7000"],
+        "environment": {"MODE": "fast", "COLLAPSAR_SERVICE": "server", "COLLAPSAR_EXPERIMENT": EXP_ID,
+                        # Swarm expands it per task: server, server-2, ...
+                        "COLLAPSAR_INSTANCE": '{{if eq .Task.Slot "1"}}server{{else}}server-{{.Task.Slot}}{{end}}'},
         "labels": LABELS("instance", "server"),
         "networks": ["collapsar"],
         "deploy": {"mode": "replicated", "replicas": 1, "endpoint_mode": "dnsrr",
@@ -90,7 +118,7 @@ def test_compose_file_is_exactly_this(topology):
     _, doc = generated(topology, swarm=False, subnet="10.9.0.0/16", manager_image="m:1", node_image="n:1")
     assert "version" not in doc and "name" not in doc  # docker-compose v1 rejects `name`
     assert doc["services"]["server"] == {
-        "image": "n:1", "command": ["wl-node", "--port", "7000"],
+        "image": "n:1", "command": WAITING + ["wl-node", "--port", "7000"],
         "environment": {"MODE": "fast", "COLLAPSAR_SERVICE": "server", "COLLAPSAR_EXPERIMENT": EXP_ID},
         "labels": LABELS("instance", "server"), "networks": ["collapsar"],
         "scale": 1, "restart": "no", "cpus": 0.5, "mem_limit": "256M",
