@@ -177,18 +177,16 @@ class LocalRun:
             grace_s=self.options.grace_s)
         for instance in first.instances:
             self.network[instance] = first.status(instance)
-        if not self.options.wait_start:
-            self._start_commands()
-        up_ms = (time.monotonic() - started) * 1000
-        self.say(f"{'network of' if self.options.wait_start else 'all'} {len(first.instances)} "
-                  f"instances up in {up_ms:.0f} ms"
-                  f" ({'netem' if self.netem else 'htb only, no delay/jitter/loss in this experiment'})")
-        self.up_ms = up_ms
+        # Everything that acts while the commands run is up before the first
+        # of them starts: t=0 is when they start.  With sharing, that includes
+        # the counters: flows are shared from their first byte, not once the
+        # counters catch up (seconds per instance on a VM's emulated CPUs).
         self.meter = Meter(self.plan, tcal.counters_factory, self.say)
         self.meter.start()
         if self.options.sharing:
             from .share_local import LocalSharing
             self.sharing = LocalSharing(self, self.say)
+            self.meter.wait_attached()
         self.board = StatusBoard(self._paths_json)
         self.player = LivePlayer(self.timeline, self)
         self._start_requested = threading.Event()
@@ -207,6 +205,13 @@ class LocalRun:
             if self.options.dashboard is not None:
                 self.say(f"dashboard: http://127.0.0.1:{server.port}/dashboard/")
             (self.rundir.path / "status-port").write_text(f"{server.port}\n")
+        if not self.options.wait_start:
+            self._start_commands()
+        up_ms = (time.monotonic() - started) * 1000
+        self.say(f"{'network of' if self.options.wait_start else 'all'} {len(first.instances)} "
+                  f"instances up in {up_ms:.0f} ms"
+                  f" ({'netem' if self.netem else 'htb only, no delay/jitter/loss in this experiment'})")
+        self.up_ms = up_ms
         if self.options.wait_start:
             self.say("waiting for start: POST /control/start with the control token")
         else:

@@ -11,7 +11,9 @@ segment only if it lies wholly inside it.
 
 Counters are attached on a background thread after the instances are up:
 loading and verifying one BPF program per instance costs ~0.1 s each here,
-and measurements must not delay the emulation itself.  They are optional:
+and measurements alone must not delay the emulation.  Bandwidth sharing
+needs them, though: with sharing on, the run waits for them before it
+starts the commands (local.py).  They are optional:
 where the counters library is not built the run goes on without
 measurements and says so once (the shaping does not need them).
 """
@@ -104,6 +106,11 @@ class Meter:
                     return
                 self._counters[net.instance] = counters
         self._say(f"counters attached on {len(self._counters)} instances")
+
+    def wait_attached(self) -> None:
+        """Until every instance's counters are attached (or attaching failed)."""
+        if self._thread is not None:
+            self._thread.join()
 
     @property
     def attached(self) -> int:

@@ -53,7 +53,7 @@ def _boot_and_run() -> tuple[int, float]:
             log.flush()
 
         rc = run_in_vm(_inner_argv(), [ARTIFACTS], float(os.environ.get("COLLAPSAR_VM_TIMEOUT_S", "1800")),
-                       env={**GUEST_ENV, **{k: v for k, v in os.environ.items() if k == "COLLAPSAR_VM_UDP"}},
+                       env=GUEST_ENV,
                        log=emit, cwd=str(ROOT))
     return rc, time.monotonic() - started
 
