@@ -3,7 +3,8 @@ the manager's CPU per instance per second at the default 50 ms period.
 
 Each case writes a star topology of N services (each `sleep`, bandwidth-only
 links so it runs without sch_netem), starts `collapsar run --duration`, waits
-for "all up" and then for the eBPF counters (attached in the background),
+for "all up" and for the eBPF counters (with sharing, the default, the
+commands start only once they are attached, so "all up" includes them),
 reads the manager's own CPU time from /proc between two points of the steady
 state, then SIGTERMs the run and times its teardown.  Needs root.  Reports medians of --repeat
 runs; `--json` for scripts.
@@ -47,18 +48,19 @@ def one_run(n: int, steady_s: float, workdir: Path) -> dict:
     proc = subprocess.Popen([*CLI, "run", str(path), "--duration", f"{int(steady_s + 600)}s",
                              "--run-dir", str(workdir / "runs"), "--status-port", "-1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    up_s = reported_ms = None
+    up_s = reported_ms = counters_s = None
+    # With sharing (the default) the commands start once the counters are
+    # attached, so "counters attached" comes first; without, it comes after.
     for line in proc.stdout:
         if line.startswith("all "):
             up_s = time.monotonic() - began
             reported_ms = float(line.split(" in ")[1].split(" ms")[0])
+        elif line.startswith("counters attached"):
+            counters_s = time.monotonic() - began
+        if up_s is not None and counters_s is not None:
             break
-    if up_s is None:
+    if up_s is None or counters_s is None:
         raise SystemExit(f"run of {n} instances failed: {proc.stderr.read()}")
-    for line in proc.stdout:  # the counters attach in the background after "all up"
-        if line.startswith("counters attached"):
-            break
-    counters_s = time.monotonic() - began
     time.sleep(1.0)  # let start-up work settle
     cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
     time.sleep(steady_s)

@@ -73,6 +73,13 @@ def _memory(n_bytes: int) -> str:
     return f"{n_bytes}b"
 
 
+def literal(text: str) -> str:
+    """`text` as the container must see it: Compose and `docker stack deploy`
+    read `$` in the file as interpolation from the deploying shell (and reject
+    `$((`), so a command's own `$VAR` and `$((i+1))` are written `$$`."""
+    return text.replace("$", "$$")
+
+
 def _labels(options: DeployOptions, role: str, service: str | None = None) -> dict[str, str]:
     labels = {LABEL_EXPERIMENT: options.experiment_id, LABEL_ROLE: role}
     if service is not None:
@@ -89,12 +96,13 @@ def _instance_base(service: Service, options: DeployOptions) -> dict:
         # the manager to shape the container, as local mode starts commands
         # only on shaped paths.  An image of the user's own may have an
         # entrypoint that takes the command as its arguments: left as is.
-        spec["command"] = (list(service.command) if service.image
-                           else ["sh", "-c", WAIT_FOR_SHAPING, "collapsar-wait", *service.command])
-    spec["environment"] = {**service.env, "COLLAPSAR_SERVICE": service.name,
-                           "COLLAPSAR_EXPERIMENT": options.experiment_id}
+        command = list(service.command) if service.image else [
+            "sh", "-c", WAIT_FOR_SHAPING, "collapsar-wait", *service.command]
+        spec["command"] = [literal(arg) for arg in command]
+    spec["environment"] = {**{name: literal(value) for name, value in service.env.items()},
+                           "COLLAPSAR_SERVICE": service.name, "COLLAPSAR_EXPERIMENT": options.experiment_id}
     if service.workdir:
-        spec["working_dir"] = service.workdir
+        spec["working_dir"] = literal(service.workdir)
     spec["labels"] = _labels(options, "instance", service.name)
     spec["networks"] = [NETWORK]
     return spec

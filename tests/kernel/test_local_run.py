@@ -115,6 +115,20 @@ def test_htb_holds_each_destinations_rate(run):
         assert 0.80 * expected < measured < 1.03 * expected, (measured, expected)
 
 
+def test_commands_start_at_t0_once_sharing_and_counters_are_up(run):
+    """t=0 is when the commands start, and with sharing (the default) the
+    counters are attached before: flows are shared from their first byte."""
+    lines = run["lines"]
+    counters = next(i for i, line in enumerate(lines) if line.startswith("counters attached on "))
+    up = next(i for i, line in enumerate(lines) if line.startswith("all 6 instances up in "))
+    assert counters < up, lines
+    t0 = float((run["dir"] / "t0").read_text())
+    journal = [json.loads(line) for line in (run["dir"] / "journal.jsonl").read_text().splitlines()]
+    started = [r["t"] for r in journal if r["kind"] == "process" and r["t"] < t0]
+    assert len(started) == 6  # every instance of t=0 (`late` joins at 1 s)
+    assert t0 - min(started) < 0.5, (t0, started)
+
+
 def test_events_fire_on_time_in_order(run):
     log = read_json(run["dir"] / "events.json")
     assert [(e["scheduled_us"], e["label"]) for e in log] == [

@@ -52,7 +52,20 @@ def generated(path, swarm, **kw):
 
 # The workload image's commands wait for the manager's mark (an image of the
 # user's own, like busybox below, keeps its command as written).
-WAITING = ["sh", "-c", WAIT_FOR_SHAPING, "collapsar-wait"]
+WAITING = ["sh", "-c", WAIT_FOR_SHAPING.replace("$", "$$"), "collapsar-wait"]  # `$$`: the files interpolate `$`
+
+
+def test_dollar_signs_of_commands_and_environment_reach_the_container_as_written(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text('experiment: {name: d}\nservices:\n'
+                    '  a: {image: "x:1", command: [sh, -c, "echo $HOME $((1+1))"], env: {P: "a$b"}}\n'
+                    '  b: {command: [sh, -c, "echo $COLLAPSAR_INSTANCE"]}\n'
+                    'links:\n  - {from: a, to: b, bandwidth: 1Mbps}\n')
+    for swarm in (True, False):
+        doc = generated(str(path), swarm=swarm)[1]
+        assert doc["services"]["a"]["command"] == ["sh", "-c", "echo $$HOME $$((1+1))"]
+        assert doc["services"]["a"]["environment"]["P"] == "a$$b"
+        assert doc["services"]["b"]["command"][-1] == "echo $$COLLAPSAR_INSTANCE"
 
 
 def test_the_wait_for_shaping_runs_the_command_only_after_the_mark(tmp_path):
