@@ -6,8 +6,9 @@ player (timeline), status (API), rundir (journal, lock) and teardown.  The
 order matters and is the whole point of this module:
 
   check the kernel -> take the lock -> journal -> network -> shaping at t=0
+  -> meter (with sharing: counters attached) -> sharing -> status API
   -> commands of the instances present at t=0 -> "all up" -> t=0: timeline
-  -> loop (reap, counters, status) until duration / all exited / signal
+  -> loop (reap, counters, sharing, status) until duration / all exited / signal
   -> stop commands -> detach counters -> undo the journal -> release the lock
 """
 

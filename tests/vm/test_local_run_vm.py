@@ -112,8 +112,8 @@ def test_a_set_event_moves_the_rtt_mid_run(run, record_property):
     record_property("event_lateness_ms", f"{events[0]['lateness_us'] / 1000:.2f}")
     replies = [(float(t), float(ms)) for t, ms in _REPLY.findall((run["dir"] / "logs" / "a.out").read_text())]
     assert len(replies) > 100, replies[:5]
-    # Commands start before t=0 (in the emulated machine, seconds before):
-    # line the replies up with the event through the run's wall-clock t=0.
+    # Commands start just before t=0: line the replies up with the event
+    # through the run's wall-clock t=0.
     t0 = float((run["dir"] / "t0").read_text())
     applied_s = events[0]["applied_us"] / 1e6
     before = [ms for t, ms in replies if 0.5 < t - t0 < 3.5]
