@@ -93,9 +93,13 @@ def test_tcp_goodput_matches_a_real_ethernet_link(tree_factory, rate_bps):
                             f"only {capacity / 1e6:.0f} Mbit/s (load average {os.getloadavg()[0]:.1f})")
         tree.change(ip, rate_bps=rate_bps)
         goodput = server.goodput_bps(pair.src_ns, seconds=6)
-        if goodput < rate_bps * ETHERNET_GOODPUT_RATIO * (1 - GOODPUT_TOLERANCE):
+        for _ in range(2):
+            if goodput >= rate_bps * ETHERNET_GOODPUT_RATIO * (1 - GOODPUT_TOLERANCE):
+                break
             # A busy host (softirq starved past the burst) only ever takes goodput
-            # away, never adds: one more run, keep the better.  Too high fails at once.
+            # away, never adds: up to two more runs, keep the best (a CI run on a
+            # slow day once got 6% less at 100 Mbit/s in one run).  Too high fails
+            # at once.
             goodput = max(goodput, server.goodput_bps(pair.src_ns, seconds=6))
     assert goodput / (rate_bps * ETHERNET_GOODPUT_RATIO) - 1 == pytest.approx(0, abs=GOODPUT_TOLERANCE)
 
