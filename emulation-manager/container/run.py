@@ -194,7 +194,12 @@ class ContainerRun:
                     self.view.changed.set()
         fresh = [name for name in self.shaped if name not in before]
         self._write_names(self.shaped if added else fresh)
-        for name in fresh:  # named and shaped: a waiting command may start (hostsfile.py)
+        if self.t0_ns is not None:  # before t=0, every container is marked at t=0
+            self._mark_shaped(fresh)
+
+    def _mark_shaped(self, instances) -> None:
+        """Named, shaped and (from t=0) shared: a waiting command may start (hostsfile.py)."""
+        for name in instances:
             try:
                 self.shaped_marker(self.shaped[name].seen.pid)
             except OSError as error:  # stopped meanwhile, or a read-only root
@@ -265,6 +270,8 @@ class ContainerRun:
                 self._say(f"status: http://127.0.0.1:{server.port}/status")
             self.player = Player(self.timeline, self)
             self.t0_ns = self.player.start()
+            with self.lock:  # as in local mode, the commands start at t=0
+                self._mark_shaped(list(self.shaped))
             self._loop()
         finally:
             self._tear_down(server)

@@ -156,3 +156,17 @@ def classes_by_destination(pid: int, ifname: str) -> dict[str, str]:
             ip = ".".join(str((value >> shift) & 0xFF) for shift in (24, 16, 8, 0))
             found[ip] = options["flowid"]
     return found
+
+
+def wait_listening(container: str, ports: tuple[int, ...], timeout_s: float = 30) -> None:
+    """Until `container` has a TCP socket listening on each of `ports`: the
+    workload image's commands start only once the manager has marked the
+    container, at t=0 (hostsfile.py), so a server is not up the moment its
+    container is shaped."""
+    def listening() -> bool:
+        # iperf3 listens on `::` (dual stack): its socket is in tcp6.
+        table = run("docker", "exec", container, "cat", "/proc/net/tcp", "/proc/net/tcp6", check=False).stdout
+        found = {int(cols[1].split(":")[1], 16) for cols in (line.split() for line in table.splitlines()[1:])
+                 if len(cols) > 3 and cols[3] == "0A"}  # 0A: LISTEN
+        return set(ports) <= found
+    wait_for(f"{container[:12]} listening on {ports}", listening, timeout_s)

@@ -34,7 +34,8 @@ from collapsar.tcal.plan import htb_params
 from collapsar.timeline import build_timeline
 
 from dockerlib import (ROOT, classes_by_destination, collapsar, collapsar_processes, docker,
-                       htb_rates, ifname_of, log, mtu_of, netns_inodes, run, status, wait_for)
+                       htb_rates, ifname_of, log, mtu_of, netns_inodes, run, status, wait_for,
+                       wait_listening)
 from node2 import HOST_IP, NODE_IP, Node2
 
 STACK = "cxmulti"
@@ -160,6 +161,7 @@ def _received_per_second(server_container: str, name: str) -> list[float]:
 def check_sharing(experiment: str, snapshots: dict, where: dict[str, int], engines: dict, node2: Node2) -> None:
     by_name = {i["name"]: i for s in snapshots.values() for i in s["instances"] if i["shaped"]}
     server_ip = by_name["server"]["ip"]
+    wait_listening(by_name["server"]["container"], (5201, 5202))  # the server is pinned to node 1
     clients = [subprocess.Popen(["docker", *([] if where[name] == 1 else ["-H", f"unix://{node2.socket}"]),
                                  "exec", by_name[name]["container"], "iperf3", "-c", server_ip, "-p", port,
                                  "-t", str(SECONDS)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -18,7 +18,7 @@ import subprocess
 import yaml
 
 from dockerlib import (ROOT, collapsar, container_pid, docker, labelled_containers, log, run, status,
-                       wait_for)
+                       wait_for, wait_listening)
 
 STACK = "cxshare"
 TOPOLOGY = ROOT / "tests" / "docker" / "data" / "sharing.yaml"
@@ -55,6 +55,7 @@ def test_two_tcp_flows_share_the_bottleneck_on_swarm(tmp_path, images, swarm):
 
         by_name = {i["name"]: i for i in snapshot["instances"]}
         server_ip = by_name["server"]["ip"]
+        wait_listening(by_name["server"]["container"], (5201, 5202))
         clients = [subprocess.Popen(["docker", "exec", by_name[name]["container"], "iperf3", "-c", server_ip,
                                      "-p", port, "-t", str(SECONDS)], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)

@@ -210,6 +210,7 @@ def test_a_container_that_cannot_be_shaped_now_is_retried_not_fatal(bindings, mo
 def test_instance_names_reach_every_shaped_container_and_follow_new_addresses(bindings):
     run = make_run()
     written = record_names(run)
+    run.t0_ns = 1  # after t=0: a container is marked as soon as it is shaped and named
     run._reconcile({"a": seen("a", pid=11), "b": seen("b", pid=12)})
     assert sorted(pid for pid, _ in written) == [11, 12]
     assert written[-1][1] == {"a": "10.0.0.2", "b": "10.0.0.3"}
@@ -222,3 +223,12 @@ def test_instance_names_reach_every_shaped_container_and_follow_new_addresses(bi
     assert sorted(pid for pid, _ in written) == [11, 12, 13]
     assert all(names == {"a": "10.0.0.2", "b": "10.0.0.3", "c": "10.0.0.4"} for _, names in written)
     assert sorted(run.marked) == [11, 12, 13]  # each marked once, when it was shaped
+
+
+def test_before_t0_containers_are_named_but_marked_only_at_t0(bindings):
+    run = make_run()
+    written = record_names(run)
+    run._reconcile({"a": seen("a", pid=11), "b": seen("b", pid=12)})
+    assert sorted(pid for pid, _ in written) == [11, 12] and run.marked == []
+    run._mark_shaped(list(run.shaped))  # what run() does at t=0
+    assert sorted(run.marked) == [11, 12]
