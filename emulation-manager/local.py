@@ -243,38 +243,34 @@ class LocalRun:
         next_tick = time.monotonic()
         watch = StallWatch(self.rundir.path / "stalls.txt", self.say)
         try:
-            self._turn(period_s, had_commands, last_start_us, next_tick, watch)
+            while self._stop_reason is None:
+                watch.beat()
+                if self._start_requested.is_set() and not self.player.started:
+                    self._start_commands()
+                    self._begin()
+                    last_start_us = self.player.last_start_us
+                now_us = self.player.now_us()
+                for exit_ in self.supervisor.poll():
+                    self.exit_codes[exit_.instance] = exit_.returncode
+                    if self.status.get(exit_.instance) == "up":
+                        self.status[exit_.instance] = f"exited({exit_.returncode})"
+                self.meter.sample()
+                if self.sharing is not None:
+                    self.sharing.tick(now_us)
+                self.board.publish(self._snapshot(now_us))
+                if self.options.duration_us is not None and now_us >= self.options.duration_us:
+                    self._stop_reason = "duration reached"
+                elif (had_commands and self.player.started and now_us >= last_start_us
+                      and not self.supervisor.running()):
+                    self._stop_reason = "every command has exited"
+                next_tick += period_s
+                now = time.monotonic()
+                if next_tick < now - period_s:
+                    next_tick = now  # fell behind (a slow tick): skip, do not burst to catch up
+                time.sleep(max(0.0, next_tick - now))
         finally:
             watch.close()
         self.say(f"stopping: {self._stop_reason}")
-
-    def _turn(self, period_s: float, had_commands: bool, last_start_us: int, next_tick: float,
-              watch: StallWatch) -> None:
-        while self._stop_reason is None:
-            watch.beat()
-            if self._start_requested.is_set() and not self.player.started:
-                self._start_commands()
-                self._begin()
-                last_start_us = self.player.last_start_us
-            now_us = self.player.now_us()
-            for exit_ in self.supervisor.poll():
-                self.exit_codes[exit_.instance] = exit_.returncode
-                if self.status.get(exit_.instance) == "up":
-                    self.status[exit_.instance] = f"exited({exit_.returncode})"
-            self.meter.sample()
-            if self.sharing is not None:
-                self.sharing.tick(now_us)
-            self.board.publish(self._snapshot(now_us))
-            if self.options.duration_us is not None and now_us >= self.options.duration_us:
-                self._stop_reason = "duration reached"
-            elif (had_commands and self.player.started and now_us >= last_start_us
-                  and not self.supervisor.running()):
-                self._stop_reason = "every command has exited"
-            next_tick += period_s
-            now = time.monotonic()
-            if next_tick < now - period_s:
-                next_tick = now  # fell behind (a slow tick): skip, do not burst to catch up
-            time.sleep(max(0.0, next_tick - now))
 
     def _snapshot(self, now_us: int) -> dict:
         log = [dict(f.as_dict()) for f in self.player.log]

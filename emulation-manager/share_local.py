@@ -2,7 +2,7 @@
 
 `ManagerSharing` is the part every mode shares; `LocalSharing` is what
 local.py creates at bring-up, ticks every period and closes at teardown, and
-container mode's `ContainerSharing` (container/sharing.py) follows the
+container mode (`container_sharing` in container/sharing.py) follows the
 containers on its node.  A local run owns every instance (one manager), starts
 this host's Aeron media driver (its dir in /dev/shm, its log in the run
 directory; it gets SIGTERM when the manager dies, even by SIGKILL:
@@ -56,14 +56,14 @@ class ManagerSharing:
     metadata bus and this host's media driver.  `lock` is the one the
     manager's timeline thread holds while it changes the same cores.
 
-    `listen` (ip:port) and `peers` add the `aeron:udp` channels to other
-    hosts' managers (more with `add_peers`); `driver_prefix` runs the media
-    driver under a command, e.g. nsenter into the namespace whose address
-    `listen` is."""
+    `listen` (ip:port) adds the `aeron:udp` subscription other hosts'
+    managers publish to, and `add_peers` the publications to them;
+    `driver_prefix` runs the media driver under a command, e.g. nsenter into
+    the namespace whose address `listen` is."""
 
     def __init__(self, *, source: str, instances: Sequence[str], cores: Mapping[str, object], netem: bool,
                  first_state, lock, aeron_dir: str, log_path, say: Callable[[str], None],
-                 listen: str | None = None, peers: Sequence[str] = (), driver_prefix: tuple[str, ...] = (),
+                 listen: str | None = None, driver_prefix: tuple[str, ...] = (),
                  settings: ShareSettings = ShareSettings(), aeron: bool = True):
         self._say = say
         self._lock = lock
@@ -90,7 +90,6 @@ class ManagerSharing:
                               settings=self.settings_from_env(settings),
                               apply=self._apply, configured=self._configured,
                               sender_names={i: n for n, i in self.ids.items()})
-        self.add_peers(peers)
         # The first model run pays numpy's one-time costs (seconds on a VM's
         # emulated CPUs): pay them now, before t=0, not when the first flows start.
         share([Flow("warm-up", (0,), 1000, None, 1)], {0: 1_000_000})
@@ -99,10 +98,12 @@ class ManagerSharing:
 
     def add_peers(self, peers: Iterable[str]) -> None:
         """Publish to these managers (ip:port) too, from now on."""
+        if self.transport is None:
+            return
+        from .aeron import udp_channel  # only where Aeron runs (cffi)
         for peer in peers:
-            if peer in self.peers or self.transport is None:
+            if peer in self.peers:
                 continue
-            from .aeron import udp_channel
             self.transport.add("publication", udp_channel(peer), STREAM_ID)
             self.peers.append(peer)
             self._say(f"sharing: metadata to the manager at {peer}")

@@ -36,7 +36,7 @@ from ..units import parse_rate_bps
 from .core import EmulationCore
 from .experiment import all_instances, paths_from
 from .metadata import Codec
-from .share_bus import MetadataBus, open_aeron
+from .share_bus import METADATA_PORT, MetadataBus, open_aeron
 from .share_local import experiment_tag, link_count
 from .share_loop import ShareLoop, ShareSettings
 
@@ -110,7 +110,7 @@ class PeerNetwork:
     managers that talk aeron:udp on one machine; `close()` deletes exactly
     the namespaces made, by name."""
 
-    def __init__(self, tag: str, n: int, subnet_prefix: str = "10.231.0", port: int = 40106):
+    def __init__(self, tag: str, n: int, subnet_prefix: str = "10.231.0", port: int = METADATA_PORT):
         self.made: list[str] = []
         self.members: list[tuple[str, str]] = []  # (netns, "ip:port")
         try:

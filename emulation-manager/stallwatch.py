@@ -21,14 +21,12 @@ class StallWatch:
         self.path, self._say, self.after_s = path, say, after_s
         self._file = open(path, "a")
         self._last = time.monotonic()
-        self.stalls: list[float] = []  # seconds each stall lasted
 
     def beat(self) -> None:
         now = time.monotonic()
         gap = now - self._last
         self._last = now
         if gap > self.after_s:
-            self.stalls.append(gap)
             self._say(f"warning: the manager loop stood still for {gap:.1f} s; every thread's stack "
                       f"is in {self.path}")
         faulthandler.dump_traceback_later(self.after_s, repeat=False, file=self._file)

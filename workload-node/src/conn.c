@@ -143,18 +143,25 @@ void wl_conn_queue_flush(struct wl_conn *c)
 	struct wl_worker *w = c->w;
 	if (c->flush_queued)
 		return;
-	if (w->nflush == w->flush_cap) {
-		size_t cap = w->flush_cap ? w->flush_cap * 2 : 16;
-		struct wl_conn **q = realloc(w->flushq, cap * sizeof(*q));
-		if (!q) { /* no room to defer: send now */
-			wl_conn_flush(c);
-			return;
-		}
-		w->flushq = q;
-		w->flush_cap = cap;
+	if (wl_conn_list_push(&w->flushq, &w->nflush, &w->flush_cap, c) < 0) {
+		wl_conn_flush(c); /* no room to defer: send now */
+		return;
 	}
 	c->flush_queued = true;
-	w->flushq[w->nflush++] = c;
+}
+
+int wl_conn_list_push(struct wl_conn ***list, size_t *n, size_t *cap, struct wl_conn *c)
+{
+	if (*n == *cap) {
+		size_t grown = *cap ? *cap * 2 : 16;
+		struct wl_conn **bigger = realloc(*list, grown * sizeof(*bigger));
+		if (!bigger)
+			return -1;
+		*list = bigger;
+		*cap = grown;
+	}
+	(*list)[(*n)++] = c;
+	return 0;
 }
 
 void wl_worker_flush(struct wl_worker *w)

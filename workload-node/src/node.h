@@ -139,6 +139,8 @@ struct wl_conn *wl_conn_new(struct wl_worker *w, enum wl_conn_kind kind, int fd,
 void wl_conn_kill(struct wl_conn *c);
 int wl_conn_flush(struct wl_conn *c);
 void wl_conn_queue_flush(struct wl_conn *c); /* send c's replies at the next wl_worker_flush */
+/* Append c to a growable list (flush queue, backlog); -1 when out of memory. */
+int wl_conn_list_push(struct wl_conn ***list, size_t *n, size_t *cap, struct wl_conn *c);
 void wl_worker_flush(struct wl_worker *w);   /* send every queued connection's replies */
 void wl_conn_reap(struct wl_worker *w); /* free connections killed during this loop pass */
 void wl_buf_trim(struct wl_buf *b);      /* release an empty buffer that grew large */

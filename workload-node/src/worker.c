@@ -187,19 +187,12 @@ static void backlog_add(struct wl_conn *c)
 	struct wl_worker *w = c->w;
 	if (c->backlogged)
 		return;
-	if (w->nbacklog == w->backlog_cap) {
-		size_t cap = w->backlog_cap ? w->backlog_cap * 2 : 16;
-		struct wl_conn **b = realloc(w->backlog, cap * sizeof(*b));
-		if (!b) {
-			wl_err("worker %d: out of memory for the backlog", w->index);
-			wl_conn_kill(c);
-			return;
-		}
-		w->backlog = b;
-		w->backlog_cap = cap;
+	if (wl_conn_list_push(&w->backlog, &w->nbacklog, &w->backlog_cap, c) < 0) {
+		wl_err("worker %d: out of memory for the backlog", w->index);
+		wl_conn_kill(c);
+		return;
 	}
 	c->backlogged = true;
-	w->backlog[w->nbacklog++] = c;
 }
 
 /* Continue the connections that used up their slice in the previous pass. */
