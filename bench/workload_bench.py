@@ -25,9 +25,18 @@ curve from 1k req/s to saturation, the highest rate whose p99 stays under
 100 us, peak req/s from one and two client pairs; once: one forward hop's
 cost (default mode) and memory per idle connection.
 
+The kernel's floor: at 1k and 10k req/s each variant is also measured
+without wl-node and wl-client, by bench/pingpong.c: two processes placed
+like the node and the client, echoing a 62-byte request with a 48-byte
+reply over loopback TCP, blocking (or polling, for busy and hybrid), with
+nothing else to do. What wl-node/wl-client measure above that floor is their
+own cost; the floor itself is the machine's (its CPUs' wake-up latency, its
+system calls, its loopback stack).
+
 Placement (taskset): node on CPU 0; client on CPU 1 (--placement split, the
 default) or on CPU 0 with the node (--placement shared: no cross-CPU wake-up,
-but one core for everything). --rt runs node and client as SCHED_FIFO 10 so
+but one core for everything); --placement split,shared runs both as separate
+variants. --rt runs node and client as SCHED_FIFO 10 so
 that CFS neighbours cannot delay them. Spinners need it on a shared machine:
 under CFS a thread that never sleeps waits out every waking neighbour's
 slice (measured: busy-mode p50 in the milliseconds at load 4), while a
@@ -37,10 +46,12 @@ which lands in the spinners' p99, and while they run the machine keeps only
 5% of the two cores for everyone else (so prefer --quick for busy modes).
 
 usage: python bench/workload_bench.py [--runs 3] [--modes default,busy] [--rt]
-           [--placement split|shared] [--compare OLD_BUILD_DIR] [--quick] [--json FILE]
+           [--placement split|shared|split,shared] [--compare OLD_BUILD_DIR] [--quick]
+           [--json FILE]
 """
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -55,6 +66,8 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUILD = ROOT / "workload-node" / "build"
+PINGPONG_SRC = ROOT / "bench" / "pingpong.c"
+PINGPONG = BUILD / "bench-pingpong"
 LISTEN_RE = re.compile(r"listening on tcp://[0-9.]+:(\d+)")
 MODES = {"default": [], "busy": ["--busy-poll"], "hybrid": ["--busy-poll-for", "1ms"], "idle": ["--idle-poll"]}
 RATES = [1000, 2000, 5000, 10000, 20000, 30000, 40000, 50000, 60000, 70000, 80000, 90000, 100000, 120000,
@@ -66,6 +79,7 @@ class Variant:
         self.label, self.build, self.mode = label, pathlib.Path(build), mode
         self.node_cpu, self.client_cpus = "0", ("0" if placement == "shared" else "1")
         self.prio = ["chrt", "-f", "10"] if rt else []
+        self.polls = mode in ("busy", "hybrid")  # the floor polls too
 
 
 class Node:
@@ -130,16 +144,36 @@ def summarize(results, loads):
     }
 
 
-def interleaved(variants, runs, measure):
-    """measure(variant, node) -> client summary; each variant's node is started per run, alone."""
+def interleaved(variants, runs, measure, summary=summarize, node=True):
+    """measure(variant, node) -> one run's figures; each variant's node (node=False: none)
+    is started per run, alone; summary(figures of the runs, load averages) per variant."""
     results = {v.label: [] for v in variants}
     loads = {v.label: [] for v in variants}
     for _ in range(runs):
         for v in variants:
-            with Node(v) as node:
+            with (Node(v) if node else contextlib.nullcontext()) as started:
                 loads[v.label].append(os.getloadavg()[0])
-                results[v.label].append(measure(v, node))
-    return {v.label: summarize(results[v.label], loads[v.label]) for v in variants}
+                results[v.label].append(measure(v, started))
+    return {v.label: summary(results[v.label], loads[v.label]) for v in variants}
+
+
+def build_pingpong():
+    cc = os.environ.get("CC", "cc")
+    subprocess.run([cc, "-O2", "-Wall", "-o", str(PINGPONG), str(PINGPONG_SRC)], check=True)
+
+
+def floor(variants, runs, rate, seconds=2.0):
+    """The kernel's round trip alone (bench/pingpong.c), placed and polling like each variant."""
+    def measure(v, _):
+        cmd = [*v.prio, str(PINGPONG), "--server-cpu", v.node_cpu, "--client-cpu", v.client_cpus,
+               "--rate", str(rate), "-n", str(int(rate * seconds)), *(["--spin"] if v.polls else [])]
+        return json.loads(subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout)
+
+    def summary(results, loads):
+        return {"p50": statistics.median(r["p50_us"] for r in results),
+                "p99": statistics.median(r["p99_us"] for r in results),
+                "load_avg": [round(min(loads), 2), round(max(loads), 2)]}
+    return interleaved(variants, runs, measure, summary, node=False)
 
 
 def at_rate(rate, seconds=2.0, pairs=1):
@@ -222,13 +256,14 @@ def late_at(points, rate):
 
 
 def table(report):
-    lines = ["| variant | p50 @1k | p50 @10k | p99 @10k | p99<100us up to | sent late p99 there "
+    lines = ["| variant | p50 @1k (floor) | p50 @10k (floor) | p99 @10k | p99<100us up to | sent late p99 there "
              "| peak 1 pair | peak 2 pairs | load avg |",
              "|---|---|---|---|---|---|---|---|---|"]
     for label, f in report["variants"].items():
         loads = [x for key in ("at_1k", "at_10k", "peak_1_pair", "peak_2_pairs") for x in f[key]["load_avg"]]
         loads += [x for p in f["curve"] for x in p["load_avg"]]
-        lines.append(f"| {label} | {f['at_1k']['p50']:.1f} us | {f['at_10k']['p50']:.1f} us"
+        lines.append(f"| {label} | {f['at_1k']['p50']:.1f} us ({f['floor_1k']['p50']:.1f})"
+                     f" | {f['at_10k']['p50']:.1f} us ({f['floor_10k']['p50']:.1f})"
                      f" | {f['at_10k']['p99']:.1f} us | {f['max_rate_p99_under_100us'] // 1000}k req/s"
                      f" | {late_at(f['curve'], f['max_rate_p99_under_100us'])}"
                      f" | {f['peak_1_pair']['throughput_rps'] / 1e3:.1f}k"
@@ -241,22 +276,28 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3, help="runs per figure; the median is reported (default 3)")
     ap.add_argument("--modes", default="default,busy",
-                    help="comma-separated: default, busy, hybrid (default: default,busy)")
+                    help="comma-separated: default, busy, hybrid, idle (default: default,busy)")
     ap.add_argument("--rt", action="store_true", help="run node and client as SCHED_FIFO 10 (chrt)")
-    ap.add_argument("--placement", choices=("split", "shared"), default="split",
-                    help="client on CPU 1 (split) or on the node's CPU 0 (shared) (default split)")
+    ap.add_argument("--placement", default="split",
+                    help="client on CPU 1 (split) or on the node's CPU 0 (shared), or both: split,shared "
+                         "(default split)")
     ap.add_argument("--compare", metavar="DIR", help="also run the wl-node/wl-client found in DIR (an older build)")
     ap.add_argument("--quick", action="store_true", help="every other curve point, 1 s runs")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
-    subprocess.run(["make", "-C", str(ROOT / "workload-node"), "all"], check=True, capture_output=True)
     modes = args.modes.split(",")
     unknown = [m for m in modes if m not in MODES]
     if unknown:
-        ap.error(f"--modes: unknown mode(s) {unknown}; expected default, busy or hybrid")
+        ap.error(f"--modes: unknown mode(s) {unknown}; expected one of {', '.join(MODES)}")
+    placements = args.placement.split(",")
+    if not placements or any(p not in ("split", "shared") for p in placements):
+        ap.error(f"--placement: '{args.placement}' is not split, shared or split,shared")
+    subprocess.run(["make", "-C", str(ROOT / "workload-node"), "all"], check=True, capture_output=True)
+    build_pingpong()
     builds = [("", BUILD)] + ([("before ", pathlib.Path(args.compare))] if args.compare else [])
     # An older build may predate a mode's options (hybrid): --compare runs it in default and busy only.
-    variants = [Variant(f"{tag}{mode}", path, mode, args.rt, args.placement) for tag, path in builds for mode in modes
+    variants = [Variant(f"{tag}{mode}" + (f"/{place}" if len(placements) > 1 else ""), path, mode, args.rt, place)
+                for tag, path in builds for place in placements for mode in modes
                 if not tag or mode in ("default", "busy")]
     report = {"cpus": os.cpu_count(), "rt": args.rt, "placement": args.placement, "runs": args.runs,
               "load_avg_start": os.getloadavg(), "variants": {v.label: {} for v in variants}}
@@ -267,7 +308,9 @@ def main():
 
     print("p50 at 1k and 10k req/s", file=sys.stderr)
     put("at_1k", interleaved(variants, args.runs, at_rate(1000, seconds=3)))
+    put("floor_1k", floor(variants, args.runs, 1000, seconds=3))
     put("at_10k", interleaved(variants, args.runs, at_rate(10000)))
+    put("floor_10k", floor(variants, args.runs, 10000))
     print("latency vs rate", file=sys.stderr)
     put("curve", curve(variants, args.runs, args.quick))
     for label, f in report["variants"].items():
@@ -276,7 +319,7 @@ def main():
     put("peak_1_pair", interleaved(variants, args.runs, peak(1)))
     put("peak_2_pairs", interleaved(variants, args.runs, peak(2)))
     print("forward hop, idle connections (default mode)", file=sys.stderr)
-    plain = Variant("default", BUILD, "default", args.rt, args.placement)
+    plain = Variant("default", BUILD, "default", args.rt, placements[0])
     report["forward"] = forward_cost(plain, args.runs)
     report["idle_memory"] = idle_connection_memory(plain)
     report["load_avg_end"] = os.getloadavg()

@@ -190,12 +190,14 @@ def _run_streaming(cmd: list[str], timeout_s: float, emit: Callable[[str], None]
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 emit(line.decode(errors="replace").rstrip("\r"))
-        if pending:
-            emit(pending.decode(errors="replace"))
         return proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         pass
     finally:
+        # Also when out of time: a line without its end (pytest -v names a
+        # test before running it) says what the guest was doing.
+        if pending:
+            emit(pending.decode(errors="replace"))
         if proc.poll() is None:
             # qemu runs in vng's session: end exactly that group, which we made.
             with contextlib.suppress(ProcessLookupError):

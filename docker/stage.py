@@ -62,8 +62,8 @@ def _sync(source: Path, target: Path) -> None:
 
 
 def manager(top: Path, cache: Path, out: Path, reqs: Path) -> None:
-    library = top / "tcal" / "build" / "libcxcounters.so"
-    if not library.exists():
+    built = top / "tcal" / "build"
+    if not all((built / name).exists() for name in ("libcxcounters.so", "libcxfire.so")):
         subprocess.run(["make", "-s", "-C", str(top / "tcal")], check=True)
     out.mkdir(parents=True, exist_ok=True)
     _sync(_wheels(cache, reqs), out / "wheels")

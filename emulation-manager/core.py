@@ -105,6 +105,7 @@ class EmulationCore:
     def apply(self, changes: dict[str, Path | None]) -> None:
         """New paths for some destinations (None: unreachable or cut)."""
         batch: dict[str, dict[str, object]] = {}
+        restore: list[str] = []
         for dst, new in changes.items():
             if dst == self.instance:
                 continue
@@ -121,16 +122,19 @@ class EmulationCore:
                 self.shaped[dst] = new
                 continue
             if dst in self.cut:
-                # Restore before changing: correct whether the TCAL's restore
-                # brings back the pre-cut values or keeps later changes.
-                self.tree.restore(ip)
+                restore.append(ip)
                 self.cut.discard(dst)
             diff = self._diff(dst, new)
             if diff:
                 batch[ip] = diff
             self.shaped[dst] = new
+        # A cut class takes its new values first and only then gets its
+        # packets back (the TCAL's restore re-points the filter, nothing
+        # else): no packet passes with the values from before the cut.
         if batch:
             self.tree.change_many(batch)
+        for ip in restore:
+            self.tree.restore(ip)
 
     def set_overrides(self, changes: dict[str, Override | None]) -> None:
         """New shares for some destinations (None: back to the path alone),

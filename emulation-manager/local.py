@@ -24,6 +24,7 @@ from typing import Callable, TextIO
 
 from ..errors import RunError
 from ..model import Experiment
+from ..tcal.prepared import PreparedStep
 from .addressing import NetworkPlan, new_run_id, plan_network
 from .core import EmulationCore, needs_netem
 from .experiment import all_instances, launches, paths_from, timeline_paths
@@ -37,6 +38,7 @@ from .topoview import live_view, topology_json
 from .supervisor import Launch, Supervisor
 from . import outputs, teardown
 from .throughput import Meter
+from .awake import KeepAwake
 
 
 @dataclass
@@ -51,6 +53,20 @@ class RunOptions:
     source_text: str | None = None  # the topology as parsed (ad-hoc changes re-parse it)
     probe_count: int = 0  # pings per pair before t=0 (0: no probe)
     sharing: bool = True  # False: per-pair shaping only (share_local.py)
+    keep_awake: str = "auto"  # busy idle-priority process per CPU: on, off, auto (on a VM; awake.py)
+
+
+PREPARE_AHEAD_NS = 20_000_000  # a step's preparation takes ~1-2 ms, under load up to several
+
+
+def _once_in_force(note: Callable[[], object]) -> None:
+    """Bookkeeping of a new state: after the step being prepared fires (see
+    PreparedStep.record), or now outside a step."""
+    step = PreparedStep.current()
+    if step is None:
+        note()
+    else:
+        step.record(note)
 
 
 class LocalRun:
@@ -73,7 +89,16 @@ class LocalRun:
         self.network: dict[str, str] = {name: "up" for name in self.instances}
         self.exit_codes: dict[str, int] = {}
         self._stop_reason: str | None = None
-        self.paths_lock = threading.Lock()
+        # Held by the timeline thread from a step's preparation until it has
+        # fired, by the sharing loop for its changes, and by readers of the
+        # cores' paths (re-entrant: set_paths takes it inside a step).
+        self.paths_lock = threading.RLock()
+        self.step_lock = self.paths_lock
+        # Everything below only queues on a step being prepared (see
+        # player.Actuator), so the player prepares each step this long before
+        # its time: its Python work is done before the deadline, and the step
+        # is put in force at the deadline in one call (collapsar.tcal.prepared).
+        self.prepare_ahead_ns = PREPARE_AHEAD_NS
         self.t0_ns: int | None = None
         self.sharing = None  # share_local.LocalSharing once up, unless --no-sharing
 
@@ -82,9 +107,12 @@ class LocalRun:
     def set_paths(self, src, paths) -> None:
         with self.paths_lock:  # the status API reads the cores' paths meanwhile
             self.cores[src].apply(paths)
-        for dst in paths:
-            if dst != src:
-                self.meter.mark(src, dst, *self._configured_rate(src, dst))
+            marks = [(dst, *self._configured_rate(src, dst)) for dst in paths if dst != src]
+
+        def mark_all() -> None:
+            for dst, rate_bps, cut in marks:
+                self.meter.mark(src, dst, rate_bps, cut)
+        _once_in_force(mark_all)
 
     def _configured_rate(self, src: str, dst: str) -> tuple[int | None, bool]:
         """(rate_bps, cut) of the path in force from src to dst."""
@@ -93,21 +121,23 @@ class LocalRun:
         return (None if path is None else path.rate_bps), (path is None or dst in core.cut)
 
     def start_instance(self, instance: str) -> None:
+        # Joins start in the step's follow-up (player.apply_plan), after it fired.
         self.status[instance] = "up"
         if instance in self.launches:
             self.supervisor.finish_now(instance)  # a rejoin within a leave's grace period
             self.supervisor.start(self.launches[instance])
 
     def stop_instance(self, instance: str) -> None:
-        self.status[instance] = "stopped"
         self.supervisor.stop(instance)
+        _once_in_force(lambda: self.status.update({instance: "stopped"}))
 
     def mark_instance(self, instance: str, status: str) -> None:
-        self.network[instance] = status  # disconnect/reconnect: the process keeps running
+        # disconnect/reconnect: the process keeps running
+        _once_in_force(lambda: self.network.update({instance: status}))
 
     def kill_instance(self, instance: str) -> None:
-        self.status[instance] = "crashed"
         self.supervisor.kill(instance)
+        _once_in_force(lambda: self.status.update({instance: "crashed"}))
 
     # ---- the run --------------------------------------------------------------
 
@@ -135,13 +165,18 @@ class LocalRun:
         old_interval = sys.getswitchinterval()
         sys.setswitchinterval(0.0005)
         server = None
+        awake = KeepAwake.for_mode(self.options.keep_awake)
         try:
             self.say(f"run {self.run_id}: {len(self.instances)} instances, run directory {self.rundir.path}")
+            if awake.procs:
+                self.say(f"keeping {len(awake.procs)} CPUs awake at idle priority (a virtual machine's halted "
+                         f"CPU wakes late; --keep-awake off stops this)")
             outputs.write_plan(self)
             server = self._bring_up(tcal)
             self._loop()
         finally:
             self._tear_down(server)
+            awake.stop()
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
             sys.setswitchinterval(old_interval)
@@ -214,6 +249,9 @@ class LocalRun:
                   f" ({'netem' if self.netem else 'htb only, no delay/jitter/loss in this experiment'})")
         self.up_ms = up_ms
         if self.options.wait_start:
+            # The status API says so before the line does: a client that
+            # reads the line and asks at once must not see "starting".
+            self.board.publish(self._snapshot(0))
             self.say("waiting for start: POST /control/start with the control token")
         else:
             self._begin()

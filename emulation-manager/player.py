@@ -17,6 +17,11 @@ from .scheduler import Fired, Scheduler
 
 
 class Actuator(Protocol):
+    """What the player drives.  Optional attributes: `prepare_ahead_ns` (the
+    actuator only queues on the step being prepared, so steps may be prepared
+    that long before their time, see Scheduler) and `step_lock` (held from a
+    step's preparation until it has fired)."""
+
     def set_paths(self, src: str, paths: dict[str, Path | None]) -> None: ...
     def start_instance(self, instance: str) -> None: ...
     def stop_instance(self, instance: str) -> None: ...
@@ -118,7 +123,8 @@ class Player:
             entries.append((steps[i].at_us, label, self._bind(plan)))
             if plan.start:
                 self.last_start_us = steps[i].at_us
-        self.scheduler = Scheduler(entries)
+        self.scheduler = Scheduler(entries, prepare_ahead_ns=getattr(actuator, "prepare_ahead_ns", 0),
+                                   hold=getattr(actuator, "step_lock", None))
 
     def _bind(self, plan: StepPlan):
         return lambda: apply_plan(plan, self.actuator)

@@ -16,7 +16,11 @@ killed under them.
 
 Output: JSON lines on stdout: {"driver_pid": N} once Aeron is up, one
 {"driver_lost": ...} per loss, and at the end {"rates": {"a>ra": bps},
-"status": ...}.
+"status": ...}.  The end is --duration after the loop starts, or SIGTERM,
+whichever comes first: managers started together do not get their loops
+going together (each starts its own media driver), and one that ends
+earlier falls silent, so the others expire its flows.  A harness that
+compares their final lines stops them all at once.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import argparse
 import dataclasses
 import json
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -180,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noise", type=float, default=0.0,
                         help="Each period a flow sends up to this fraction less (measurement wobble)")
     args = parser.parse_args(argv)
+    # A plain flag, never an Event: a handler that sets an Event can run while
+    # this (main) thread holds that Event's lock inside wait(), and deadlock.
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
 
     def emit(record: dict) -> None:
         print(json.dumps(record), flush=True)
@@ -195,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         start = time.monotonic()
         next_tick = start
-        while time.monotonic() - start < args.duration:
+        while time.monotonic() - start < args.duration and not stopping:
             now_us = int((time.monotonic() - start) * 1e6)
             # The plant's bytes follow the nominal period, so the loop's clock
             # does too: a late tick must not read as a slower flow.

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from ..errors import RunError
+from ..tcal.prepared import PreparedStep
 from .rundir import process_start_time
 
 DEFAULT_GRACE_S = 5.0
@@ -101,6 +102,16 @@ class Supervisor:
         except ProcessLookupError:
             pass
 
+    def _signal_in_step(self, run: Running, sig: int) -> float:
+        """Signal now, or at the instant of the step being prepared on this
+        thread (collapsar.tcal.prepared); returns that time (monotonic s)."""
+        step = PreparedStep.current()
+        if step is None:
+            self._signal(run, sig)
+            return time.monotonic()
+        step.signal(run.popen.pid, sig)
+        return step.deadline_ns / 1e9
+
     def stop(self, instance: str) -> None:
         """Leave: SIGTERM now, SIGKILL after the grace period (in poll)."""
         with self._lock:
@@ -108,8 +119,7 @@ class Supervisor:
             if run is None:
                 return
             self._stopping[instance] = "stopped"
-            run.kill_at_mono = time.monotonic() + self.grace_s
-            self._signal(run, signal.SIGTERM)
+            run.kill_at_mono = self._signal_in_step(run, signal.SIGTERM) + self.grace_s
 
     def kill(self, instance: str) -> None:
         """Crash: SIGKILL now."""
@@ -118,7 +128,7 @@ class Supervisor:
             if run is None:
                 return
             self._stopping[instance] = "crashed"
-            self._signal(run, signal.SIGKILL)
+            self._signal_in_step(run, signal.SIGKILL)
 
     def finish_now(self, instance: str) -> None:
         """SIGKILL and reap at once: a rejoin during a leave's grace period

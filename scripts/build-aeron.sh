@@ -7,8 +7,8 @@
 # Why this route: Aeron publishes no C binaries, and the project may reach the
 # network only through package registries.  The crates registry's
 # `rusteron-client` 0.2.10 ships the Aeron 1.52.2 source tree unmodified under
-# `aeron/`, so `cargo fetch` of a throwaway manifest gives us a checksummed,
-# pinned upstream release.  Aeron needs CMake >= 3.30 (Debian 12 has 3.25), which
+# `aeron/`, so its .crate (a tar.gz, checked against a pinned sha256) gives us
+# a pinned upstream release with nothing but curl: no Rust toolchain needed.  Aeron needs CMake >= 3.30 (Debian 12 has 3.25), which
 # we take from PyPI into a private venv.
 #
 # Output (all under third_party/aeron/, which .gitignore excludes):
@@ -20,7 +20,7 @@ set -euo pipefail
 AERON_VERSION=1.52.2
 CRATE=rusteron-client
 CRATE_VERSION=0.2.10
-# sha256 of the .crate as the crates.io index records it; cargo checks it too.
+# sha256 of the .crate as the crates.io index records it.
 CRATE_SHA256=b2512747e7a381d368362513952f5d266da1e15d19e9312cfacdafaeb08b6906
 CMAKE_PIN=3.31.10
 JOBS=${AERON_BUILD_JOBS:-2}
@@ -50,43 +50,18 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] \
   exit 0
 fi
 
-find_cargo() {
-  local c
-  for c in "$(command -v cargo || true)" "${CARGO_HOME:-$HOME/.cargo}/bin/cargo"; do
-    [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
-  done
-  return 1
-}
-
 fetch_source() {
   [ -f "$src/version.txt" ] && return 0
-  local cargo minor
-  cargo=$(find_cargo) || die "cargo not found; fix: install Rust >= 1.85 with rustup (https://rustup.rs)"
-  # The crate's manifest uses edition 2024; Debian 12's cargo 0.66 cannot read it.
-  minor=$("$cargo" --version | sed -n 's/^cargo 1\.\([0-9]*\)\..*/\1/p')
-  [ -n "$minor" ] && [ "$minor" -ge 85 ] \
-    || die "$("$cargo" --version) is too old to read $CRATE $CRATE_VERSION (edition 2024); fix: rustup update (cargo >= 1.85)"
-  step "fetch $CRATE $CRATE_VERSION (Aeron $AERON_VERSION source) with cargo"
+  command -v curl >/dev/null || die "curl not found; fix: apt-get install curl (deps/apt-aeron.txt)"
+  step "fetch $CRATE $CRATE_VERSION (Aeron $AERON_VERSION source) from crates.io"
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  mkdir -p "$tmp/manifest/src"
-  : > "$tmp/manifest/src/lib.rs"
-  cat > "$tmp/manifest/Cargo.toml" <<EOF
-[package]
-name = "collapsar-aeron-fetch"
-version = "0.0.0"
-edition = "2021"
-publish = false
-
-[dependencies]
-$CRATE = "=$CRATE_VERSION"
-EOF
-  # A private CARGO_HOME keeps the user's registry cache untouched.
-  CARGO_HOME="$tmp/cargo" "$cargo" fetch --quiet \
-    --manifest-path "$tmp/manifest/Cargo.toml" --target x86_64-unknown-linux-gnu
-  local crate
-  crate=$(find "$tmp/cargo/registry/cache" -name "$CRATE-$CRATE_VERSION.crate" | head -n 1)
-  [ -n "$crate" ] || die "cargo fetch did not leave $CRATE-$CRATE_VERSION.crate in its cache"
+  local crate="$tmp/$CRATE-$CRATE_VERSION.crate"
+  # A .crate is a gzipped tar; crates.io serves it by name and version from
+  # its static host.  The pinned sha256 below is what its index records.
+  curl --fail --silent --show-error --location --retry 3 -o "$crate" \
+    "https://static.crates.io/crates/$CRATE/$CRATE-$CRATE_VERSION.crate" \
+    || die "could not download $CRATE $CRATE_VERSION from static.crates.io"
   echo "$CRATE_SHA256  $crate" | sha256sum --check --quiet \
     || die "$crate: sha256 differs from the pinned $CRATE_SHA256"
   tar -xzf "$crate" -C "$tmp" "$CRATE-$CRATE_VERSION/aeron"

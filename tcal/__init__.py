@@ -8,8 +8,9 @@ per-destination byte counters from an eBPF program at clsact egress.
 Modules: `plan` decides every number (pure, `--dry-run`), `layout` the
 handles and the u32 hash, `dist` makes netem's jitter tables, `nlmsg` packs
 the netlink messages, `nlsock` sends them in batches inside a network
-namespace, `tree` keeps the kernel's tree in step (`TcTree`), `check` probes
-the kernel first (`check_kernel`).  The eBPF counters live in `bpf/` and
+namespace, `tree` keeps the kernel's tree in step (`TcTree`), `prepared`
+puts a whole timeline step in force at one instant (`PreparedStep`, with
+`fire/`), `check` probes the kernel first (`check_kernel`).  The eBPF counters live in `bpf/` and
 `counters`.
 """
 

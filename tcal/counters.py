@@ -33,7 +33,8 @@ import numpy as np
 
 from collapsar.errors import EnvironmentProblem, KernelError
 
-TCAL_DIR = pathlib.Path(__file__).resolve().parent
+from .built import TCAL_DIR, load_built
+
 LIBRARY_PATH = TCAL_DIR / "build" / "libcxcounters.so"
 _SOURCES = ("bpf/counters.bpf.c", "bpf/counters.h", "bpf/loader.c", "bpf/loader.h", "Makefile")
 BTF_PATH = pathlib.Path("/sys/kernel/btf/vmlinux")
@@ -82,16 +83,7 @@ def _library() -> ctypes.CDLL:
     global _lib
     if _lib is not None:
         return _lib
-    if not LIBRARY_PATH.exists():
-        raise EnvironmentProblem(f"eBPF counters are not built ({LIBRARY_PATH} is missing)",
-                                 "run `make -C tcal`")
-    built = LIBRARY_PATH.stat().st_mtime
-    newer = [s for s in _SOURCES if (TCAL_DIR / s).stat().st_mtime > built]
-    if newer:
-        # A stale library may disagree with this module on the struct layout.
-        raise EnvironmentProblem(f"eBPF counters build is older than tcal/{newer[0]}",
-                                 "run `make -C tcal`")
-    lib = ctypes.CDLL(str(LIBRARY_PATH))
+    lib = load_built(LIBRARY_PATH, _SOURCES, "eBPF counters")
     u32p = ctypes.POINTER(ctypes.c_uint32)
     lib.cx_counters_attach.restype = ctypes.c_void_p
     lib.cx_counters_attach.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32]

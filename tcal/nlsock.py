@@ -18,12 +18,16 @@ import fcntl
 import os
 import socket
 import struct
+import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from collapsar.errors import KernelError
 
 from .nlmsg import NLM_F_ACK, NLM_F_REQUEST, Request, parse_attrs
+
+if TYPE_CHECKING:
+    from .prepared import PreparedStep
 
 CLONE_NEWNET = 0x40000000
 SOL_NETLINK = 270
@@ -40,6 +44,15 @@ BATCH_BYTES = 1 << 20  # well under the send buffer
 BATCH_REQUESTS = 2000  # keeps the worst case of error replies inside the receive buffer
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_this_thread = threading.local()  # .step: the PreparedStep being prepared on it, if any
+
+
+def prepared_step() -> PreparedStep | None:
+    return getattr(_this_thread, "step", None)
+
+
+def set_prepared_step(step: PreparedStep | None) -> None:
+    _this_thread.step = step
 
 
 def _setns(fd: int, what: str) -> None:
@@ -74,8 +87,9 @@ def in_netns(netns: str | None) -> Iterator[None]:
 class KernelFailure:
     """One request the kernel refused."""
 
-    def __init__(self, request: Request, error: int, message: str):
+    def __init__(self, request: Request, error: int, message: str, index: int = 0):
         self.request, self.errno, self.message = request, error, message
+        self.index = index  # the request's place in its batch
 
     def __str__(self) -> str:
         name = errno.errorcode.get(self.errno, str(self.errno))
@@ -110,42 +124,45 @@ class RouteSocket:
     def execute(self, requests: list[Request]) -> list[KernelFailure]:
         """Send every request, in order; return the ones the kernel refused."""
         failures: list[KernelFailure] = []
-        start = 0
-        while start < len(requests):
-            end, size = start, 0
-            while end < len(requests) and end - start < BATCH_REQUESTS and (
-                    end == start or size + len(requests[end].body) + _HDR.size <= BATCH_BYTES):
-                size += len(requests[end].body) + _HDR.size
-                end += 1
-            failures += self._send_batch(requests[start:end])
-            start = end
+        for start, end in batches(requests):
+            failures += self._send_batch(requests[start:end], start)
         return failures
 
-    def _send_batch(self, batch: list[Request]) -> list[KernelFailure]:
+    def submit(self, requests: list[Request], then: Callable[[list[KernelFailure]], None]) -> None:
+        """Send now and call `then(failures)`; or, while a step is being
+        prepared on this thread (collapsar.tcal.prepared), queue them to be
+        sent at the step's instant, with `then` called after."""
+        step = prepared_step()
+        if step is not None:
+            step.queue(self, requests, then)
+        else:
+            then(self.execute(requests))
+
+    def encode(self, batch: list[Request], first_index: int = 0) -> tuple[bytes, dict[int, tuple[int, Request]], int]:
+        """One sendable batch: (bytes, sequence -> (place among all the
+        requests, counting from first_index; request), the sequence that
+        asks for the ACK)."""
         parts, by_seq = [], {}
         for i, req in enumerate(batch):
             self.seq = (self.seq + 1) & 0xFFFFFFFF or 1
             flags = NLM_F_REQUEST | req.flags | (NLM_F_ACK if i == len(batch) - 1 else 0)
             parts.append(_HDR.pack(_HDR.size + len(req.body), req.msg_type, flags, self.seq, 0))
             parts.append(req.body)
-            by_seq[self.seq] = req
-        last = self.seq
-        self.sock.sendall(b"".join(parts))
-        failures = []
+            by_seq[self.seq] = (first_index + i, req)
+        return b"".join(parts), by_seq, self.seq
+
+    def _send_batch(self, batch: list[Request], first_index: int) -> list[KernelFailure]:
+        data, by_seq, last = self.encode(batch, first_index)
+        self.sock.sendall(data)
+        failures: list[KernelFailure] = []
         while True:
             try:
                 data = self.sock.recv(1 << 16)
             except (OSError, TimeoutError) as exc:
                 raise KernelError(f"netlink: no answer to {batch[-1].what} (and {len(batch) - 1} requests "
                                   f"before it): {exc}") from None
-            for msg_type, flags, seq, payload in _messages(data):
-                if msg_type != NLMSG_ERROR or seq not in by_seq:
-                    continue
-                error = -struct.unpack_from("=i", payload)[0]
-                if error:
-                    failures.append(KernelFailure(by_seq[seq], error, _ext_ack_message(flags, payload)))
-                if seq == last:
-                    return failures
+            if answered(data, by_seq, last, failures):
+                return failures
 
     def ask(self, msg_type: int, body: bytes, what: str) -> bytes:
         """One request, one reply (a GET without DUMP): the reply's body."""
@@ -164,6 +181,36 @@ class RouteSocket:
                     failure = KernelFailure(Request(msg_type, 0, body, what), error, _ext_ack_message(flags, payload))
                     raise KernelError(str(failure))
                 return payload
+
+
+def batches(requests: list[Request]) -> Iterator[tuple[int, int]]:
+    """(start, end) of each batch the requests go in: at most BATCH_REQUESTS
+    and BATCH_BYTES (a single larger request goes alone)."""
+    start = 0
+    while start < len(requests):
+        end, size = start, 0
+        while end < len(requests) and end - start < BATCH_REQUESTS and (
+                end == start or size + len(requests[end].body) + _HDR.size <= BATCH_BYTES):
+            size += len(requests[end].body) + _HDR.size
+            end += 1
+        yield start, end
+        start = end
+
+
+def answered(data: bytes, by_seq: dict[int, tuple[int, Request]], last: int,
+             failures: list[KernelFailure]) -> bool:
+    """Note the refusals in `data` (answers of one batch); True once the
+    batch's ACK (sequence `last`) is among them."""
+    for msg_type, flags, seq, payload in _messages(data):
+        if msg_type != NLMSG_ERROR or seq not in by_seq:
+            continue
+        error = -struct.unpack_from("=i", payload)[0]
+        if error:
+            index, request = by_seq[seq]
+            failures.append(KernelFailure(request, error, _ext_ack_message(flags, payload), index=index))
+        if seq == last:
+            return True
+    return False
 
 
 def _messages(data: bytes) -> Iterator[tuple[int, int, int, bytes]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import signal
-import threading
+import time
 from pathlib import Path
 
 
@@ -74,10 +74,14 @@ def run(args: argparse.Namespace) -> int:
           flush=True)
     if aggregator.token:
         print(f"dashboard control token: {aggregator.token}", flush=True)
-    done = threading.Event()
-    old = {sig: signal.signal(sig, lambda *_: done.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # A plain flag polled with sleep: a handler that sets an Event can run
+    # while this thread holds that Event's own lock inside wait(), and deadlock.
+    done: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, _frame: done.append(signum))
+           for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        done.wait()
+        while not done:
+            time.sleep(0.2)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)

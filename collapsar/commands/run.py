@@ -70,6 +70,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "(or the dashboard's start button) before commands and timeline run")
     parser.add_argument("--dashboard", action="store_true",
                         help="Also serve the web dashboard from the status API (/dashboard/)")
+    parser.add_argument("--keep-awake", choices=("auto", "on", "off"), default="auto",
+                        help="Run an idle-priority busy process on each CPU during the run, so no CPU "
+                             "halts: a virtual machine's halted CPU can wake milliseconds late, and "
+                             "timeline steps and shaping wait on timers (auto: on a virtual machine)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
                          run_base=Path(args.run_dir).resolve() if args.run_dir else None,
                          status_port=None if args.status_port < 0 else args.status_port,
                          grace_s=grace_us / 1e6, probe_count=args.probe, sharing=not args.no_sharing,
-                         wait_start=args.wait_start, dashboard=_dashboard_assets(args))
+                         wait_start=args.wait_start, dashboard=_dashboard_assets(args),
+                         keep_awake=args.keep_awake)
     return LocalRun(experiment, timeline, options).run()
 
 
@@ -139,7 +144,7 @@ def _run_in_vm(args: argparse.Namespace) -> int:
     base.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "collapsar.cli", "run", str(Path(args.file).resolve()),
             "--subnet", args.subnet, "--run-dir", str(base), "--status-port", str(args.status_port),
-            "--grace", args.grace, "--probe", str(args.probe)]
+            "--grace", args.grace, "--probe", str(args.probe), "--keep-awake", args.keep_awake]
     if args.duration:
         argv += ["--duration", args.duration]
     if args.dry_run:

@@ -86,6 +86,7 @@ class ContainerRun:
         self.shaped: dict[str, Shaped] = {}
         self.seen: dict[str, Seen] = {}
         self.lock = threading.RLock()  # the player thread and the scans both touch cores
+        self.step_lock = self.lock  # held until a step's queued changes have fired (see Scheduler)
         self._stop_reason: str | None = None
         self.t0_ns: int | None = None
         self.player: Player | None = None

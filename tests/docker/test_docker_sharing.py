@@ -15,10 +15,13 @@ import os
 import statistics
 import subprocess
 
+import pytest
 import yaml
 
 from dockerlib import (ROOT, collapsar, container_pid, docker, labelled_containers, log, run, status,
                        wait_for, wait_listening)
+
+pytestmark = pytest.mark.timing  # flow rates through a shared link
 
 STACK = "cxshare"
 TOPOLOGY = ROOT / "tests" / "docker" / "data" / "sharing.yaml"

@@ -20,6 +20,8 @@ from collapsar.manager.aeron import AeronError, Client, Transport, aeron_home, i
 from collapsar.manager.aeron_driver import MediaDriver
 from collapsar.manager.metadata import Codec, FlowReport, Inbox, Message
 
+pytestmark = pytest.mark.timing  # waits for a lost driver to be noticed and replaced
+
 TAG = 0x5EED0006
 CODEC = Codec(TAG, 300)  # > 255 links: two-byte link ids on the wire
 

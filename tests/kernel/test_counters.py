@@ -15,6 +15,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -129,15 +130,28 @@ def set_gso(pair, on: bool) -> None:
     sh("ip", "link", "set", "dev", pair.src_if, "gso_max_segs", segs, ns=pair.src_ns)
 
 
+def settled_read(counters, pair, tries: int = 50):
+    """The counters and the veth's tx statistics at one moment: a late
+    packet (the last ACK, a FIN retransmission) that leaves between reading
+    the two would be in one and not the other, so read until none did."""
+    for _ in range(tries):
+        tx_before = tx_stats(pair.src_ns, pair.src_if)
+        counted, other = counters.read(), counters.read_other()
+        if tx_stats(pair.src_ns, pair.src_if) == tx_before:
+            return counted, other, tx_before
+        time.sleep(0.1)
+    raise AssertionError(f"{pair.src_if} kept sending for {tries * 0.1:.0f} s after the transfers")
+
+
 def counted_transfer(pair, gso: bool):
     """One transfer per destination under fresh counters; returns the
     per-destination counters, the non-IPv4 slot, the veth tx delta and MSS."""
     set_gso(pair, gso)
     amounts = dict(zip(pair.dst_ips, AMOUNTS))
     with Counters(pair.src_if, pair.src_ns) as c:
-        base, base_other, tx0 = c.read(), c.read_other(), tx_stats(pair.src_ns, pair.src_if)
+        base, base_other, tx0 = settled_read(c, pair)
         mss, received = transfer(pair, amounts)
-        after, other, tx1 = c.read(), c.read_other(), tx_stats(pair.src_ns, pair.src_if)
+        after, other, tx1 = settled_read(c, pair)
     zero = DestCounter(0, 0, 0)
     delta = {ip: DestCounter(*(a - b for a, b in zip(v, base.get(ip, zero)))) for ip, v in after.items()}
     other = DestCounter(*(a - b for a, b in zip(other, base_other)))

@@ -47,6 +47,7 @@ def journal_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.timing  # the flow's measured rate under its class
 def test_second_run_fails_status_api_serves_and_sigterm_tears_down(tmp_path):
     topology = write(tmp_path, "long.yaml", LONG)
     first = Cli("run", topology, "--run-dir", str(tmp_path / "runs"), "--grace", "1s")

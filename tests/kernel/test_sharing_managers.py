@@ -19,6 +19,8 @@ import pytest
 
 from collapsar.manager.share_peer import PeerNetwork
 
+pytestmark = pytest.mark.timing  # managers converge within a few periods
+
 M = 1_000_000
 TOPOLOGY = """\
 experiment: {name: dumbbell-managers}
@@ -74,22 +76,30 @@ def one_manager(file):
 
 
 class Managers:
+    """n share_peer processes, stopped together: each runs `duration` seconds
+    from the moment every one of them has its Aeron up, then all get SIGTERM
+    at once and print their final rates (see share_peer's module doc: one
+    that ends first is expired by the others, which changes their shares)."""
+
     def __init__(self, file, network, owns, duration):
+        self.duration = duration
         self.procs = []
         for i, own in enumerate(owns):
-            argv = network.argv(i, peer_argv(file, own, "--duration", str(duration)),
+            argv = network.argv(i, peer_argv(file, own, "--duration", "300"),
                                 f"/dev/shm/cx-share-{os.getpid()}-{i}")
             self.procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-
-    def first_line(self, index):
-        return json.loads(self.procs[index].stdout.readline())
+        self.first_lines = [json.loads(proc.stdout.readline() or "null") for proc in self.procs]
+        self.started = time.monotonic()
 
     def finish(self, timeout_s=60):
-        results = []
+        time.sleep(max(0.0, self.started + self.duration - time.monotonic()))
         for proc in self.procs:
+            proc.terminate()
+        results = []
+        for proc, first in zip(self.procs, self.first_lines):
             out, err = proc.communicate(timeout=timeout_s)
-            assert proc.returncode == 0, err[-2000:]
-            results.append([json.loads(line) for line in out.splitlines()])
+            assert proc.returncode == 0 and first is not None, err[-2000:]
+            results.append([first] + [json.loads(line) for line in out.splitlines()])
         return results
 
     def kill(self):
@@ -138,7 +148,7 @@ def test_killed_media_driver_is_reported_restarted_and_sharing_resumes(hub, expe
     expected = one_manager(experiment_file)
     managers = Managers(experiment_file, hub(2), SPLITS[2], duration=6)
     try:
-        first = managers.first_line(0)
+        first = managers.first_lines[0]
         time.sleep(2.0)  # converged by now
         os.kill(first["driver_pid"], signal.SIGKILL)
         results = managers.finish()

@@ -45,8 +45,9 @@ def test_cut_then_restore_with_new_properties():
     core.apply({"b": None})  # already cut: nothing more
     assert len(core.tree.calls) == 2
     core.apply({"b": path("a", "b", rate_bps=1_000_000)})
-    assert core.tree.calls[-2:] == [("restore", "10.77.0.3"),
-                                    ("change_many", {"10.77.0.3": {"rate_bps": 1_000_000}})]
+    # The class takes the new rate before packets reach it again.
+    assert core.tree.calls[-2:] == [("change_many", {"10.77.0.3": {"rate_bps": 1_000_000}}),
+                                    ("restore", "10.77.0.3")]
     assert core.tree.cut_ips == set()
 
 
@@ -70,9 +71,9 @@ def test_placeholder_class_gets_every_field_when_restored():
     core = make_core()
     core.install({"b": None})
     core.apply({"b": path("a", "b", rate_bps=4_000_000)})
-    assert core.tree.calls[-2] == ("restore", "10.77.0.3")
-    assert core.tree.calls[-1][1]["10.77.0.3"]["rate_bps"] == 4_000_000
-    assert set(core.tree.calls[-1][1]["10.77.0.3"]) == {"rate_bps", "delay_us", "jitter_us",
+    assert core.tree.calls[-1] == ("restore", "10.77.0.3")
+    assert core.tree.calls[-2][1]["10.77.0.3"]["rate_bps"] == 4_000_000
+    assert set(core.tree.calls[-2][1]["10.77.0.3"]) == {"rate_bps", "delay_us", "jitter_us",
                                                         "distribution", "loss_ratio"}
 
 
@@ -129,4 +130,4 @@ def test_override_of_a_cut_destination_waits_for_its_restore():
     core.set_overrides({"b": Override(3_000_000, 0.2)})  # no netem: the loss is not applied
     assert len(core.tree.calls) == calls and core.effective("b") is None
     core.apply({"b": path("a", "b")})
-    assert core.tree.calls[-2:] == [("restore", "10.77.0.3"), ("change_many", {"10.77.0.3": {"rate_bps": 3_000_000}})]
+    assert core.tree.calls[-2:] == [("change_many", {"10.77.0.3": {"rate_bps": 3_000_000}}), ("restore", "10.77.0.3")]

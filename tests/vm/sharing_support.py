@@ -77,6 +77,22 @@ def udp_lost_ratio(path: Path) -> float:
     return end["lost_packets"] / end["packets"] if end.get("packets") else 0.0
 
 
+def udp_rates(path: Path) -> tuple[float, float]:
+    """(offered, received) bit/s at an iperf3 UDP receiver: what the sender
+    managed to send (every packet it numbered) and what arrived.  On the
+    guest's emulated CPUs a sender asked for 4 Mbit/s may send less.  The
+    receiver's end summary reports 0 bytes for UDP, so the intervals are summed."""
+    doc = json.loads(path.read_text())
+    end = doc["end"]["sum"]
+    seconds = sum(i["sum"]["seconds"] for i in doc["intervals"])
+    received_bytes = sum(i["sum"]["bytes"] for i in doc["intervals"])
+    arrived = end["packets"] - end["lost_packets"]
+    if not arrived or not seconds:
+        return 0.0, 0.0
+    received = received_bytes * 8 / seconds
+    return received * end["packets"] / arrived, received
+
+
 def trace_summary(path: Path, src: str) -> str:
     """For a failure message: the loop's pace and when `src` got its share."""
     if not path.exists():

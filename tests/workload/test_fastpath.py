@@ -16,6 +16,8 @@ import pytest
 from wl_support import read_records, sanitizer_env
 import wl_wire as wire
 
+pytestmark = pytest.mark.timing  # segments per reply depend on when the sender runs
+
 # struct tcp_info (linux/tcp.h) is append-only; tcpi_data_segs_in sits at byte 152.
 TCP_INFO_DATA_SEGS_IN = 152
 

@@ -3,6 +3,10 @@
 import socket
 import time
 
+import pytest
+
+pytestmark = pytest.mark.timing  # timeouts and quorum waits
+
 
 def closed_port():
     """A loopback port with nothing listening (bound then closed)."""

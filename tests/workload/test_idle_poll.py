@@ -9,7 +9,11 @@ import re
 import subprocess
 import time
 
+import pytest
+
 from wl_support import sanitizer_env
+
+pytestmark = pytest.mark.timing  # spinner threads seen within a wait
 
 SCHED_IDLE = 5
 

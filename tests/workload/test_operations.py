@@ -3,8 +3,12 @@
 import json
 import socket
 
+import pytest
+
 from wl_support import read_records
 import wl_wire as wire
+
+pytestmark = pytest.mark.timing  # compute and chain times
 
 
 def test_compute_takes_the_requested_time(start_node, run_client):

@@ -10,7 +10,11 @@ but does not change the rate it offers)."""
 
 import statistics
 
+import pytest
+
 from wl_support import read_records
+
+pytestmark = pytest.mark.timing  # request rates and send lateness
 
 
 def sends(path, thread=None):

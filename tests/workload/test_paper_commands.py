@@ -5,7 +5,11 @@ are mapped to loopback nodes with --resolve instead of /etc/hosts."""
 
 import time
 
+import pytest
+
 from wl_support import read_records
+
+pytestmark = pytest.mark.timing  # rates and latencies of the paper's commands
 
 
 def resolve(**nodes):

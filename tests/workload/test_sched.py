@@ -12,6 +12,8 @@ import pytest
 
 from wl_support import sanitizer_env
 
+pytestmark = pytest.mark.timing  # a deadline task's runtime is enforced
+
 SCHED_POLICY = {"other": 0, "fifo": 1, "rr": 2, "deadline": 6}
 
 

@@ -13,6 +13,8 @@ import pytest
 
 from wl_support import LISTEN_RE, sanitizer_env
 
+pytestmark = pytest.mark.timing  # sync against nosync store times
+
 
 def test_sync_is_slower_than_nosync_and_fsyncs_each_store(start_node, run_client):
     node = start_node()

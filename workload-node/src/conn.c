@@ -32,21 +32,15 @@ struct wl_conn *wl_conn_new(struct wl_worker *w, enum wl_conn_kind kind, int fd,
 	if (w->nfree) {
 		c->slot = w->free_slots[--w->nfree];
 	} else {
-		if (w->nconns == w->conns_cap) {
-			uint32_t cap = w->conns_cap ? w->conns_cap * 2 : 64;
-			struct wl_conn **conns = realloc(w->conns, cap * sizeof(*conns));
-			uint32_t *slots = realloc(w->free_slots, cap * sizeof(*slots));
-			if (conns)
-				w->conns = conns;
-			if (slots)
-				w->free_slots = slots;
-			if (!conns || !slots) {
-				wl_err("worker %d: out of memory for %u connections", w->index, cap);
-				free(c);
-				return NULL;
-			}
-			w->conns_cap = cap;
+		/* two arrays of one capacity: conns_cap moves once both have grown */
+		size_t conns_cap = w->conns_cap, slots_cap = w->conns_cap;
+		if (wl_grow(&w->conns, &conns_cap, w->nconns, sizeof(*w->conns), 64) < 0 ||
+		    wl_grow(&w->free_slots, &slots_cap, w->nconns, sizeof(*w->free_slots), 64) < 0) {
+			wl_err("worker %d: out of memory for %u connections", w->index, w->nconns + 1);
+			free(c);
+			return NULL;
 		}
+		w->conns_cap = conns_cap;
 		c->slot = w->nconns++;
 	}
 	c->gen = ++w->pend_gen;
@@ -152,14 +146,8 @@ void wl_conn_queue_flush(struct wl_conn *c)
 
 int wl_conn_list_push(struct wl_conn ***list, size_t *n, size_t *cap, struct wl_conn *c)
 {
-	if (*n == *cap) {
-		size_t grown = *cap ? *cap * 2 : 16;
-		struct wl_conn **bigger = realloc(*list, grown * sizeof(*bigger));
-		if (!bigger)
-			return -1;
-		*list = bigger;
-		*cap = grown;
-	}
+	if (wl_grow(list, cap, *n, sizeof(**list), 16) < 0)
+		return -1;
 	(*list)[(*n)++] = c;
 	return 0;
 }

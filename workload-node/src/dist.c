@@ -151,14 +151,9 @@ static int load_column(struct wl_value *v, const char *path, long col, const cha
 			rc = wl_err("%s: %s:%d: column %ld is missing or not a number", what, path, lineno, col);
 			break;
 		}
-		if (v->nsamples == cap) {
-			cap = cap ? cap * 2 : 1024;
-			double *s = realloc(v->samples, cap * sizeof(*s));
-			if (!s) {
-				rc = wl_err("%s: out of memory reading %s", what, path);
-				break;
-			}
-			v->samples = s;
+		if (wl_grow(&v->samples, &cap, v->nsamples, sizeof(*v->samples), 1024) < 0) {
+			rc = wl_err("%s: out of memory reading %s", what, path);
+			break;
 		}
 		v->samples[v->nsamples++] = x;
 	}

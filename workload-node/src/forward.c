@@ -23,15 +23,9 @@ static struct wl_conn *outbound(struct wl_worker *w, const struct wl_target *t)
 		if (c->peer.proto == a.proto && c->peer.salen == a.salen && !memcmp(&c->peer.sa, &a.sa, a.salen))
 			return c;
 	}
-	if (w->nouts == w->outs_cap) {
-		size_t cap = w->outs_cap ? w->outs_cap * 2 : 8;
-		struct wl_conn **outs = realloc(w->outs, cap * sizeof(*outs));
-		if (!outs) {
-			wl_err("worker %d: out of memory for outbound connections", w->index);
-			return NULL;
-		}
-		w->outs = outs;
-		w->outs_cap = cap;
+	if (wl_grow(&w->outs, &w->outs_cap, w->nouts, sizeof(*w->outs), 8) < 0) {
+		wl_err("worker %d: out of memory for outbound connections", w->index);
+		return NULL;
 	}
 	int fd = wl_connect(&a, true, w->node->cfg.nodelay);
 	if (fd < 0)
@@ -53,16 +47,14 @@ static uint32_t pend_alloc(struct wl_worker *w)
 	for (uint32_t i = 0; i < w->pend_cap; i++)
 		if (!w->pend[i].in_use)
 			return i;
-	uint32_t cap = w->pend_cap ? w->pend_cap * 2 : 64;
-	struct wl_pending *p = realloc(w->pend, cap * sizeof(*p));
-	if (!p) {
-		wl_err("worker %d: out of memory for %u pending forwards", w->index, cap);
+	uint32_t slot = w->pend_cap; /* every slot is in use: the first new one */
+	size_t cap = w->pend_cap;
+	if (cap >= UINT32_MAX / 2 || wl_grow(&w->pend, &cap, slot, sizeof(*w->pend), 64) < 0) {
+		wl_err("worker %d: out of memory for %u pending forwards", w->index, slot + 1);
 		return NO_PENDING;
 	}
-	memset(p + w->pend_cap, 0, (cap - w->pend_cap) * sizeof(*p));
-	w->pend = p;
-	uint32_t slot = w->pend_cap;
-	w->pend_cap = cap;
+	memset(w->pend + slot, 0, (cap - slot) * sizeof(*w->pend));
+	w->pend_cap = (uint32_t)cap;
 	return slot;
 }
 

@@ -256,16 +256,10 @@ static void *acceptor_thread(void *arg)
 			}
 			struct wl_worker *w = &node->workers[next++ % node->cfg.nthreads];
 			pthread_mutex_lock(&w->lock);
-			if (w->nhandoff == w->handoff_cap) {
-				size_t cap = w->handoff_cap ? w->handoff_cap * 2 : 16;
-				int *h = realloc(w->handoff, cap * sizeof(*h));
-				if (!h) {
-					pthread_mutex_unlock(&w->lock);
-					close(fd);
-					continue;
-				}
-				w->handoff = h;
-				w->handoff_cap = cap;
+			if (wl_grow(&w->handoff, &w->handoff_cap, w->nhandoff, sizeof(*w->handoff), 16) < 0) {
+				pthread_mutex_unlock(&w->lock);
+				close(fd);
+				continue;
 			}
 			w->handoff[w->nhandoff++] = fd;
 			pthread_mutex_unlock(&w->lock);

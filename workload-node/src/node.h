@@ -104,7 +104,8 @@ struct wl_worker {
 	int *handoff;
 	size_t nhandoff, handoff_cap;
 	struct wl_conn **conns;
-	uint32_t nconns, conns_cap;
+	uint32_t nconns;
+	size_t conns_cap;
 	uint32_t *free_slots, nfree;
 	struct wl_pending *pend;
 	uint32_t pend_cap, pend_inuse, pend_gen;

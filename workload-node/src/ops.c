@@ -21,15 +21,9 @@ static struct wl_op_tmpl *append(struct wl_workload *wk, uint8_t kind)
 		wl_err("more than %d operations in one chain", WL_MAX_OPS);
 		return NULL;
 	}
-	if (c->n == c->cap) {
-		int cap = c->cap ? c->cap * 2 : 8;
-		struct wl_op_tmpl **ops = realloc(c->ops, (size_t)cap * sizeof(*ops));
-		if (!ops) {
-			wl_err("out of memory for %d operations", cap);
-			return NULL;
-		}
-		c->ops = ops;
-		c->cap = cap;
+	if (wl_grow(&c->ops, &c->cap, (size_t)c->n, sizeof(*c->ops), 8) < 0) {
+		wl_err("out of memory for %d operations", c->n + 1);
+		return NULL;
 	}
 	struct wl_op_tmpl *op = calloc(1, sizeof(*op));
 	if (!op) {

@@ -26,7 +26,8 @@ struct wl_op_tmpl {
 
 struct wl_chain_tmpl {
 	struct wl_op_tmpl **ops;
-	int n, cap;
+	int n;
+	size_t cap;
 	struct wl_op_tmpl *owner; /* the FORWARD whose sub-chain this is; NULL at the top */
 };
 

@@ -60,14 +60,8 @@ int wl_poller_add(struct wl_poller *p, int fd, uint32_t events, void *ptr, bool 
 	}
 	if (p->mode == WL_PM_SELECT && fd >= FD_SETSIZE)
 		return wl_err("select poll mode: fd %d is above FD_SETSIZE %d; use --pm epoll", fd, FD_SETSIZE);
-	if (p->n == p->cap) {
-		size_t cap = p->cap ? p->cap * 2 : 64;
-		struct wl_pollent *ents = realloc(p->ents, cap * sizeof(*ents));
-		if (!ents)
-			return wl_err("poller: out of memory for %zu fds", cap);
-		p->ents = ents;
-		p->cap = cap;
-	}
+	if (wl_grow(&p->ents, &p->cap, p->n, sizeof(*p->ents), 64) < 0)
+		return wl_err("poller: out of memory for %zu fds", p->n + 1);
 	p->ents[p->n++] = (struct wl_pollent){fd, events, ptr};
 	return 0;
 }

@@ -58,6 +58,20 @@ void wl_spin_check_signals(uint64_t *next_check_ns)
 		sched_yield();
 }
 
+int wl_grow(void *arr, size_t *cap, size_t n, size_t elem, size_t first)
+{
+	if (n < *cap)
+		return 0;
+	size_t grown = *cap ? *cap * 2 : first;
+	void *old, *bigger;
+	memcpy(&old, arr, sizeof(old)); /* arr points at a T *, whatever T is */
+	if (grown > SIZE_MAX / elem || !(bigger = realloc(old, grown * elem)))
+		return -1;
+	memcpy(arr, &bigger, sizeof(bigger));
+	*cap = grown;
+	return 0;
+}
+
 int wl_buf_reserve(struct wl_buf *buf, size_t extra)
 {
 	if (buf->len + extra <= buf->cap)

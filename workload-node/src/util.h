@@ -26,6 +26,11 @@ struct wl_buf {
 	bool oom; /* an append failed for lack of memory (sticky, see wl_enc_ok) */
 };
 
+/* A growable array of elem-byte elements holding n: make room for one more,
+ * doubling *cap (from first) when full. arr is the address of the array
+ * pointer. 0, or -1 when out of memory (the array and *cap unchanged). */
+int wl_grow(void *arr, size_t *cap, size_t n, size_t elem, size_t first);
+
 int wl_buf_reserve(struct wl_buf *buf, size_t extra); /* may compact: offsets into the buffer move */
 int wl_buf_grow(struct wl_buf *buf, size_t extra);    /* never moves data within the buffer */
 void wl_buf_compact(struct wl_buf *buf);
