@@ -62,6 +62,7 @@ from collapsar.manager.sharing import Flow, share
 
 M = 1_000_000
 PERIODS_PER_S = 20  # the default 50 ms period
+BENCH_KEY = bytes(32)  # every manager of the bench shares it; what it is does not matter
 
 
 def tree_flows(n_flows: int, rng: random.Random):
@@ -95,7 +96,7 @@ def random_flows(n_flows: int, rng: random.Random):
 
 def cpu_per_period(shape, n_flows=1000, runs=40, seed=1):
     flows, links = shape(n_flows, random.Random(seed))
-    codec = Codec(0xBE1C, max(links) + 1)
+    codec = Codec(0xBE1C, max(links) + 1, instances=n_flows + 1, key=BENCH_KEY)
     # The flows arrive as messages of 50 flows each (one per remote core).
     reports = [FlowReport(f.link_ids, f.demand_bps) for f in flows]
     wire = [codec.encode(Message(i, 1, tuple(reports[i:i + 50]))) for i in range(0, n_flows, 50)]
@@ -118,7 +119,7 @@ def wire_bytes(payload: int) -> int:
 def metadata_rate(n_instances, hosts=4, pattern="pairs", noise=0.03, seconds=5, seed=1):
     rng = random.Random(seed)
     n_links = 3 * n_instances
-    codec = Codec(0xBE1C, n_links)
+    codec = Codec(0xBE1C, n_links, instances=n_instances, key=BENCH_KEY)
     # One flow per (src, dst); path: src access, shared core link, dst access.
     if pattern == "pairs":
         half = n_instances // 2
@@ -159,8 +160,8 @@ def manager_cpu_per_period(runs=40):
         f.write("\n".join(lines) + "\n")
     owned = [f"s{i}" for i in range(n_src // 2)]
     wants = {(f"s{i}", f"d{j}"): 50 * M for i in range(n_src) for j in range(n_dst)}
-    host = SyntheticHost(f.name, owned, wants)
-    remote = SyntheticHost(f.name, [f"s{i}" for i in range(n_src // 2, n_src)], wants)
+    host = SyntheticHost(f.name, owned, wants, key=BENCH_KEY)
+    remote = SyntheticHost(f.name, [f"s{i}" for i in range(n_src // 2, n_src)], wants, key=BENCH_KEY)
     os.unlink(f.name)
     state = host.timeline.steps[0].state
 
@@ -174,9 +175,10 @@ def manager_cpu_per_period(runs=40):
             out, Wire.inbox = Wire.inbox, []
             return out
 
-    bus = MetadataBus(host.codec, {n: host.sender_ids[n] for n in owned}, Wire())
+    bus = MetadataBus(host.codec, {n: host.sender_ids[n] for n in owned}, Wire(), routes=host.routes)
     loop = ShareLoop(owned, host.cores, bus, netem=True, settings=ShareSettings())
-    remote_bus = MetadataBus(remote.codec, {n: remote.sender_ids[n] for n in remote.owned}, None)
+    remote_bus = MetadataBus(remote.codec, {n: remote.sender_ids[n] for n in remote.owned}, None,
+                             routes=remote.routes)
     samples = []
     for period in range(1, runs + 4):
         # The other manager's 25 cores each send their 20 flows (changing

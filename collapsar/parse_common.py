@@ -19,6 +19,8 @@ from .yamlsrc import Node
 T = TypeVar("T")
 
 MAX_INSTANCES = 10_000  # per service, so that a typo like 1e6 does not eat the machine
+MAX_TOTAL_INSTANCES = 10_000  # in the whole experiment, joins included
+MAX_EVENTS = 100_000  # after expansion (flap, and events repeated through YAML aliases)
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 _MAX_MESSAGE = 300
 
@@ -106,6 +108,11 @@ def text(report: Report, node: Node, label: str) -> str | None:
     value = node.text if node.text is not None else str(node.value)
     if not value.strip():
         report.add(node.line, f"{label}: expected a string, got an empty one")
+        return None
+    if "\0" in value:
+        # A command, an environment value or a path ends at a NUL in the
+        # kernel: what would run is not what the file says.
+        report.add(node.line, f"{label}: a NUL character (\\0) is not allowed, got {value[:70]!r}")
         return None
     return value
 

@@ -62,6 +62,13 @@ def parse_events(report: Report, node: Node | None, elements: Elements) -> list[
         result = reader(report, event, elements)
         if at_us is not None and result:
             pending.extend(result)
+        if len(pending) > pc.MAX_EVENTS:
+            # Checked as they expand: a few aliased flap events in a tiny
+            # file would otherwise build hundreds of thousands first.
+            report.add(item.line, f"events: expand to more than {pc.MAX_EVENTS} changes here "
+                       "(each flap change and each repeat through a YAML alias counts); "
+                       "make flap intervals longer or the timeline shorter")
+            break
     return pending
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from . import parse_common as pc
 from .model import LinkProps, LinkSpec
 from .parse_common import Report
-from .units import format_duration_us, parse_duration_us, parse_loss_ratio, parse_rate_bps
+from .units import format_duration_us, parse_link_delay_us, parse_loss_ratio, parse_rate_bps
 from .yamlsrc import Node
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ PROP_KEYS = ("latency", "jitter", "distribution", "loss", "bandwidth", "up", "do
 LINK_KEYS = ("from", "to", *PROP_KEYS, "direction")
 DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
 _PARSERS = {
-    "latency": parse_duration_us, "jitter": parse_duration_us, "loss": parse_loss_ratio,
+    "latency": parse_link_delay_us, "jitter": parse_link_delay_us, "loss": parse_loss_ratio,
     "bandwidth": parse_rate_bps, "up": parse_rate_bps, "down": parse_rate_bps,
 }
 

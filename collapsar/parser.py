@@ -17,7 +17,7 @@ import shlex
 
 from . import parse_common as pc
 from .errors import Problem, TopologyError, Where
-from .model import DEFAULT_PERIOD_US, Bridge, Experiment, Service, Settings, instance_name
+from .model import DEFAULT_PERIOD_US, Bridge, Experiment, Service, ServiceEvent, Settings, instance_name
 from .parse_common import Report, read_input
 from .parse_events import parse_events
 from .parse_links import parse_links
@@ -78,8 +78,25 @@ def parse_tree(report: Report, root: Node) -> Experiment:
     report.raise_if_any()
     events = resolve(report, pending, elements, links, settings.seed)
     report.raise_if_any()
+    _check_total_instances(report, root, services, events)
+    report.raise_if_any()
     return Experiment(settings, tuple(services), tuple(bridges), tuple(links),
                       tuple(events), source)
+
+
+def _check_total_instances(report: Report, root: Node, services: list[Service], events) -> None:
+    """Every instance ever present, joins included, within MAX_TOTAL_INSTANCES."""
+    initial = sum(service.replicas for service in services)
+    present = set()
+    if initial <= pc.MAX_TOTAL_INSTANCES:  # else naming them all is what the cap prevents
+        present = {instance_name(s.name, i) for s in services for i in range(1, s.replicas + 1)}
+    joined = {target for event in events if isinstance(event, ServiceEvent) and event.action == "join"
+              for target in event.targets} - present
+    total = initial + len(joined)
+    if total > pc.MAX_TOTAL_INSTANCES:
+        report.add(root.key_lines.get("services", 1), f"services: {total} instances in all "
+                   f"({initial} at the start, {len(joined)} joining later), more than the "
+                   f"{pc.MAX_TOTAL_INSTANCES} an experiment may have")
 
 
 # ---- experiment: ------------------------------------------------------------

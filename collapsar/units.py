@@ -82,6 +82,14 @@ def parse_duration_us(text: object) -> int:
     return _integral(value * factor, "microsecond", text)
 
 
+# The fastest rate a link may have: the flow metadata the managers exchange
+# carries rates in kbit/s in 32 bits (4.29 Tbit/s), and no host shapes faster.
+MAX_RATE_BPS = 4 * 10**12
+# The longest latency or jitter of one link: netem holds a path's delay in
+# signed 64-bit nanoseconds, and an hour per link keeps any path far inside it.
+MAX_LINK_DELAY_US = 3600 * 10**6
+
+
 def parse_rate_bps(text: object) -> int:
     """'10Mbps' -> 10000000; '128kbit' -> 128000 (decimal bits per second)."""
     expected = "a rate like 128Kbps, 10Mbps or 1Gbps"
@@ -94,7 +102,17 @@ def parse_rate_bps(text: object) -> int:
     bps = _integral(value * factor, "bit per second", text)
     if bps <= 0:
         raise UnitError(f"expected a rate above zero, got {text!r}")
+    if bps > MAX_RATE_BPS:
+        raise UnitError(f"expected a rate up to {format_rate_bps(MAX_RATE_BPS)}, got {text!r}")
     return bps
+
+
+def parse_link_delay_us(text: object) -> int:
+    """A link's latency or jitter: a duration of at most MAX_LINK_DELAY_US."""
+    delay_us = parse_duration_us(text)
+    if delay_us > MAX_LINK_DELAY_US:
+        raise UnitError(f"expected at most {format_duration_us(MAX_LINK_DELAY_US)} per link, got {text!r}")
+    return delay_us
 
 
 def parse_loss_ratio(text: object) -> float:
@@ -133,7 +151,7 @@ def format_duration_us(delay_us: int) -> str:
 
 def format_rate_bps(rate_bps: int) -> str:
     """The shortest exact spelling: 10**7 -> '10Mbps', 1500 -> '1500bps'."""
-    for unit, factor in (("Gbps", 10**9), ("Mbps", 10**6), ("Kbps", 10**3)):
+    for unit, factor in (("Tbps", 10**12), ("Gbps", 10**9), ("Mbps", 10**6), ("Kbps", 10**3)):
         if rate_bps % factor == 0:
             return f"{rate_bps // factor}{unit}"
     return f"{rate_bps}bps"

@@ -80,18 +80,30 @@ def find_kernel(boot: pathlib.Path = pathlib.Path("/boot"),
     return max(found)[1]
 
 
-def find_tools() -> dict[str, str]:
-    """Absolute paths of vng and qemu, or an EnvironmentProblem naming the fix."""
-    tools = {}
-    vng_next_to_python = pathlib.Path(sys.executable).parent / "vng"
-    tools["vng"] = shutil.which("vng") or (str(vng_next_to_python) if vng_next_to_python.exists() else None)
-    tools["qemu"] = shutil.which("qemu-system-x86_64")
+def tools_search_path(path: str | None = None) -> str:
+    """`path` (default: this process's PATH) behind the directories of this
+    interpreter's own scripts.  `.venv/bin/collapsar` runs without the venv
+    activated, so without its bin on PATH, yet vng is installed there, and vng
+    starts virtme-run by name from the same directory."""
+    own = [str(pathlib.Path(sys.prefix) / "bin")]  # a venv's bin, whatever sys.executable links to
+    if sys.executable:
+        own.insert(0, str(pathlib.Path(sys.executable).parent))
+    rest = (os.environ.get("PATH", os.defpath) if path is None else path).split(os.pathsep)
+    return os.pathsep.join(dict.fromkeys(entry for entry in [*own, *rest] if entry))
+
+
+def find_tools(path: str | None = None) -> dict[str, str]:
+    """Absolute paths of vng, the virtme-run it starts, qemu and busybox, or
+    an EnvironmentProblem naming the fix.  `path` as for tools_search_path."""
+    search = tools_search_path(path)
+    tools = {name: shutil.which(name, path=search) for name in ("vng", "virtme-run", "qemu-system-x86_64")}
     # virtme-ng builds its initramfs from a static busybox when the kernel
     # needs modules; without it vng stops before booting.
     tools["busybox"] = next((p for p in ("/bin/busybox", "/usr/bin/busybox") if os.path.exists(p)), None)
-    missing = [name for name, path in tools.items() if path is None]
+    missing = [name for name, found in tools.items() if found is None]
     if missing:
-        raise EnvironmentProblem(f"cannot start a VM: {', '.join(missing)} not found", INSTALL_FIX)
+        raise EnvironmentProblem(f"cannot start a VM: {', '.join(missing)} not found (looked in {search})",
+                                 INSTALL_FIX)
     return tools
 
 
@@ -161,7 +173,8 @@ def run_in_vm(argv: Sequence[str], rwdirs: Sequence[pathlib.Path | str], timeout
         last_lines.append(line)
         sink(line)
 
-    vng_rc = _run_streaming(cmd, timeout_s, emit, f"VM ({kernel.name}) command {shlex.join(argv)!r}")
+    vng_rc = _run_streaming(cmd, timeout_s, emit, f"VM ({kernel.name}) command {shlex.join(argv)!r}",
+                            {**os.environ, "PATH": tools_search_path()})
     if not rc_path.exists():
         said = "\n".join(last_lines)
         raise RunError(f"VM ({kernel.name}) exited with code {vng_rc} before the command "
@@ -173,11 +186,12 @@ def run_in_vm(argv: Sequence[str], rwdirs: Sequence[pathlib.Path | str], timeout
     return int(text)
 
 
-def _run_streaming(cmd: list[str], timeout_s: float, emit: Callable[[str], None], what: str) -> int:
+def _run_streaming(cmd: list[str], timeout_s: float, emit: Callable[[str], None], what: str,
+                   env: Mapping[str, str] | None = None) -> int:
     # A pipe (not a file) for the guest's output: vng opens the host's fds 1
     # and 2 separately, and two opens of one regular file overwrite each other.
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True, env=env)
     deadline = time.monotonic() + timeout_s
     pending = b""
     restore = _raise_on_sigterm()

@@ -11,7 +11,8 @@ one measures the flows its own instances send).
 
 Control requests go to every manager.  Without manager tokens the page's
 bearer token is passed on as it is (each manager checks it); with them
-(`--token`), the aggregator checks the page's token against its own and
+(`--token-file` or COLLAPSAR_MANAGER_TOKEN, see collapsar.commands
+.dashboard), the aggregator checks the page's token against its own and
 sends each manager its token.
 """
 
@@ -154,7 +155,7 @@ class Aggregator:
     def __init__(self, urls: list[str], board, tokens: list[str] | None = None,
                  own_token: str | None = None):
         if tokens and len(tokens) not in (1, len(urls)):
-            raise CollapsarError(f"--token given {len(tokens)} times for {len(urls)} managers: "
+            raise CollapsarError(f"{len(tokens)} manager tokens for {len(urls)} managers: "
                                  "give one token for all, or one per --manager in order")
         self.board = board
         self.tokens = (tokens * len(urls) if len(tokens) == 1 else tokens) if tokens else None

@@ -29,6 +29,10 @@ IMAGE_DASHBOARD = f"collapsar/dashboard:{__version__}"
 BOOTSTRAP_SERVICE = "collapsar-bootstrap"
 MANAGER_SERVICE = "collapsar-manager"
 NETWORK = "collapsar"
+# The Swarm secret that holds the run's flow-metadata key
+# (collapsar.manager.share_key): granted to the bootstrapper service alone,
+# read there by its node's manager, never given to an instance.
+METADATA_KEY_SECRET = "collapsar-metadata-key"
 # Docker accepts service names of letters, digits, `_`, `.`, `-`, first a
 # letter or digit; stacks prefix them, so keep them short of the 63 limit.
 _DOCKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,47}$")
@@ -40,6 +44,11 @@ def experiment_id(experiment: Experiment, text: str) -> str:
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     name = re.sub(r"[^a-z0-9-]", "-", experiment.settings.name.lower()).strip("-") or "experiment"
     return f"{name[:40]}-{digest}"
+
+
+def key_file_name(experiment: str) -> str:
+    """The key file `collapsar generate --swarm` writes beside the stack file."""
+    return f"{experiment}.metadata-key"
 
 
 def check_service_name(name: str, where: str) -> str:

@@ -12,7 +12,11 @@ numbers the new task's slot like the joined instance).  Then the emulation manag
   namespace and network, the Docker socket, /sys and /sys/fs/bpf;
 - Swarm cannot run privileged services, so a global `collapsar-bootstrap`
   service starts that same privileged manager container on each node through
-  the Docker API (manager_spec.py holds the one description of it).
+  the Docker API (manager_spec.py holds the one description of it).  The
+  managers of a Swarm run authenticate their flow metadata with a key that
+  the stack declares as a secret, from a file beside it
+  (`naming.key_file_name`, written by `collapsar generate`), granted to the
+  bootstrapper service and to no instance.
 
 The topology travels in the environment (base64 of the file's text), so the
 generated file is self-contained.  Managers do not need a node count: each
@@ -31,7 +35,8 @@ from ..manager.experiment import service_of
 from ..model import Experiment, Service
 from .manager_spec import MANAGER_SPEC, manager_environment
 from .naming import (BOOTSTRAP_SERVICE, IMAGE_MANAGER, IMAGE_NODE, LABEL_EXPERIMENT, LABEL_ROLE,
-                     LABEL_SERVICE, MANAGER_SERVICE, NETWORK, check_service_name)
+                     LABEL_SERVICE, MANAGER_SERVICE, METADATA_KEY_SECRET, NETWORK, check_service_name,
+                     key_file_name)
 
 SWARM_FILE_VERSION = "3.8"
 # Run by the workload image's containers before their command: wait for the
@@ -42,6 +47,7 @@ WAIT_FOR_SHAPING = (
     f'[ $i -eq 100 ] && echo "collapsar: waiting for the emulation manager to shape this container" >&2; '
     f'sleep 0.1; done; exec "$@"')
 _KIB, _MIB = 1024, 1024 * 1024
+SECRET_MODE = 0o400  # root in the bootstrapper reads it; nobody else there needs to
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,9 @@ def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: Deplo
         # On the overlay so that `tasks.collapsar-bootstrap` lists one address
         # per node: how managers find their peers.
         "networks": [NETWORK],
+        # Mounted at /run/secrets/NAME in the bootstrapper, where its node's
+        # manager reads it (container/sharing.py); instances have no secrets.
+        "secrets": [{"source": METADATA_KEY_SECRET, "target": METADATA_KEY_SECRET, "mode": SECRET_MODE}],
         "deploy": {"mode": "global", "endpoint_mode": "dnsrr",
                    "labels": _labels(options, "bootstrapper"),
                    "restart_policy": {"condition": "on-failure"}},
@@ -154,6 +163,9 @@ def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: Deplo
         "networks": {NETWORK: {"driver": "overlay", "attachable": True,
                                "labels": {LABEL_EXPERIMENT: options.experiment_id},
                                "ipam": {"config": [{"subnet": options.subnet}]}}},
+        # `docker stack deploy` reads the file relative to the stack file's
+        # directory (stdin's: the current one) and creates the secret.
+        "secrets": {METADATA_KEY_SECRET: {"file": f"./{key_file_name(options.experiment_id)}"}},
     }
 
 

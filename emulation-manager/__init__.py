@@ -9,7 +9,9 @@ own: parsing, collapsing or the timeline (collapsar), tc and eBPF
 Local mode (`collapsar run`), one concept per module:
   addressing  names and addresses of a run (pure)
   experiment  instances, commands and paths a run needs, from the timeline
-  rundir      run directory, write-ahead journal, host-wide lock, cleanup plan
+  rundir      run directory, write-ahead journal, host-wide lock, the state directory
+  cleanup_plan which run cleanup means and what its journal lets it undo (records checked)
+  safefiles   root's file access: trusted directories, no symlink followed
   nsexec      create/enter network namespaces (libc)
   netns       bridge, namespaces, veths, addresses, hosts files (pyroute2)
   core        one instance's shaping through the TCAL; path changes -> tc calls
@@ -18,10 +20,15 @@ Local mode (`collapsar run`), one concept per module:
   player      timeline steps -> what to change on this host
   throughput  measured per-destination rates from the eBPF counters
   status      HTTP JSON, server-sent events and Prometheus on 127.0.0.1
+  board       the snapshots the status API serves, each encoded once
+  streams     every server-sent-event client, served from one thread
+  httpguard   the API's limits: deadlines, caps, a 500 for a failed handler
+  httpgate    the thread that accepts, holds idle connections, answers 503
   teardown    carry out a cleanup plan (end of run, or `collapsar cleanup`)
   dryrun      the per-instance tc plan for `--dry-run`
   local       LocalRun: the whole run, in order
 
-Sharing loop (written separately): metadata (wire format), aeron
-(transport), sharing (RTT-aware min-max model).
+Sharing loop (written separately): metadata (wire format, authenticated),
+share_key (the run's key), share_routes (which flows a sender may report),
+aeron (transport), sharing (RTT-aware min-max model).
 """

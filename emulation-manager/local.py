@@ -31,9 +31,10 @@ from .experiment import all_instances, launches, paths_from, timeline_paths
 from .netns import HostNetwork
 from .control import AdHocLinks, local_control
 from .liveplayer import LivePlayer
-from .rundir import RunDir, RunLock, is_stale, list_runs, plan_cleanup, read_journal, state_dir
+from .cleanup_plan import plan_cleanup
+from .rundir import RunDir, RunLock, is_stale, list_runs, read_journal, state_dir
 from .stallwatch import StallWatch
-from .status import StatusBoard, StatusServer
+from .status import StatusBoard, StatusServer, paths_rows
 from .topoview import live_view, topology_json
 from .supervisor import Launch, Supervisor
 from . import outputs, teardown
@@ -94,6 +95,7 @@ class LocalRun:
         # cores' paths (re-entrant: set_paths takes it inside a step).
         self.paths_lock = threading.RLock()
         self.step_lock = self.paths_lock
+        self.paths_version = 0  # one more per set_paths: /paths is built again only then
         # Everything below only queues on a step being prepared (see
         # player.Actuator), so the player prepares each step this long before
         # its time: its Python work is done before the deadline, and the step
@@ -107,6 +109,7 @@ class LocalRun:
     def set_paths(self, src, paths) -> None:
         with self.paths_lock:  # the status API reads the cores' paths meanwhile
             self.cores[src].apply(paths)
+            self.paths_version += 1
             marks = [(dst, *self._configured_rate(src, dst)) for dst in paths if dst != src]
 
         def mark_all() -> None:
@@ -158,7 +161,9 @@ class LocalRun:
                 self.say(f"warning: run {run_id} was not torn down; "
                           f"`collapsar cleanup {run_id}` removes its leftovers")
         self.rundir = RunDir.create(self.run_id, self.options.run_base, state)
-        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        # SIGHUP too: a closed terminal ends the run as Ctrl-C does, with its teardown.
+        old_handlers = {s: signal.signal(s, self._on_signal)
+                        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         # The timeline thread must get the GIL soon after its deadline: with the
         # default 5 ms switch interval a busy main loop alone could break the
         # 5 ms lateness budget.
@@ -208,7 +213,9 @@ class LocalRun:
         nets = self.plan.by_instance()
         self.supervisor = Supervisor(
             self.rundir.log_paths,
-            prefix=lambda inst: ["ip", "netns", "exec", nets[inst].netns],
+            # setpriv first: SIGKILL when the manager dies (see supervisor.py),
+            # armed before ip's setup work, which the signal then survives (exec).
+            prefix=lambda inst: ["setpriv", "--pdeathsig", "KILL", "--", "ip", "netns", "exec", nets[inst].netns],
             on_start=lambda inst, pid, st: journal.record("process", instance=inst, pid=pid, start_time=st),
             grace_s=self.options.grace_s)
         for instance in first.instances:
@@ -223,7 +230,7 @@ class LocalRun:
             from .share_local import LocalSharing
             self.sharing = LocalSharing(self, self.say)
             self.meter.wait_attached()
-        self.board = StatusBoard(self._paths_json)
+        self.board = StatusBoard(self._paths_json, lambda: self.paths_version)
         self.player = LivePlayer(self.timeline, self)
         self._start_requested = threading.Event()
         text = self.options.source_text
@@ -235,12 +242,12 @@ class LocalRun:
             control = local_control(self.rundir.path, self.say, self.player, adhoc,
                                     self.options.wait_start, self._start_requested, self._stop)
             server = StatusServer(self.board, self.options.status_port, control=control,
-                                  topology=lambda: topology_json(first),
-                                  assets=self.options.dashboard).start()
+                                  topology=lambda: topology_json(first), assets=self.options.dashboard,
+                                  error_log=self.rundir.path / "status-errors.txt").start()
             self.say(f"status: http://127.0.0.1:{server.port}/status (also /paths /events /stream /metrics)")
             if self.options.dashboard is not None:
                 self.say(f"dashboard: http://127.0.0.1:{server.port}/dashboard/")
-            (self.rundir.path / "status-port").write_text(f"{server.port}\n")
+            self.rundir.write_file("status-port", f"{server.port}\n")
         if not self.options.wait_start:
             self._start_commands()
         up_ms = (time.monotonic() - started) * 1000
@@ -268,7 +275,7 @@ class LocalRun:
         # Wall-clock t=0, for lining up the instances' own timestamped logs
         # with the event log (whose times are relative to t=0).
         t0_unix = time.time() - (time.monotonic_ns() - self.t0_ns) / 1e9
-        (self.rundir.path / "t0").write_text(f"{t0_unix:.6f}\n")
+        self.rundir.write_file("t0", f"{t0_unix:.6f}\n")
 
     def _stop(self, reason: str) -> None:
         if self._stop_reason is None:
@@ -328,16 +335,9 @@ class LocalRun:
         }
 
     def _paths_json(self) -> list[dict]:
-        rows = []
-        with self.paths_lock:
-            configured = {src: core.configured() for src, core in self.cores.items()}
-        for src, paths in configured.items():
-            for dst, path in sorted(paths.items()):
-                rows.append({"src": src, "dst": dst, "cut": path is None,
-                             **({} if path is None else {
-                                 "delay_us": path.delay_us, "jitter_us": path.jitter_us,
-                                 "loss_ratio": path.loss_ratio, "rate_bps": path.rate_bps})})
-        return rows
+        with self.paths_lock:  # copies made in C only: step preparation waits on this lock
+            configured = [(src, core.shaped.copy(), core.cut.copy()) for src, core in self.cores.items()]
+        return paths_rows(configured)
 
     def _tear_down(self, server: StatusServer | None) -> None:
         """Every stage runs even if an earlier one failed: a half-torn-down
@@ -357,6 +357,7 @@ class LocalRun:
         if supervisor is not None:
             stage("stop the commands", lambda: [self.exit_codes.setdefault(e.instance, e.returncode)
                                                 for e in supervisor.stop_all()])
+            stage("close the supervisor", supervisor.close)
         stage("report the flows", lambda: outputs.report_flows(self))
         for name in ("sharing", "meter", "board", "host_net"):
             obj = getattr(self, name, None)

@@ -14,7 +14,7 @@ from .scheduler import percentile
 
 
 def write_plan(run) -> None:
-    (run.rundir.path / "plan.json").write_text(json.dumps({
+    run.rundir.write_file("plan.json", json.dumps({
         "run_id": run.run_id, "source": run.experiment.source, "subnet": run.plan.subnet,
         "bridge": run.plan.bridge, "netem": run.netem,
         "instances": [{"name": n.instance, "ip": n.ip, "netns": n.netns, "veth": n.host_veth}
@@ -36,7 +36,7 @@ def probe_pairs(run) -> None:
         want = {(s, d): probe.expected(run.cores[s].configured().get(d),
                                        run.cores[d].configured().get(s)) for s, d in pairs}
     run.probe_records = probe.as_records(measured, want)
-    (run.rundir.path / "probe.json").write_text(json.dumps(run.probe_records, indent=1))
+    run.rundir.write_file("probe.json", json.dumps(run.probe_records, indent=1))
     for line in probe.probe_table(run.probe_records):
         run.say(line)
 
@@ -45,7 +45,7 @@ def report_flows(run) -> None:
     if getattr(run, "meter", None) is None:
         return
     flows = run.meter.flows()
-    (run.rundir.path / "flows.json").write_text(json.dumps(flows, indent=1))
+    run.rundir.write_file("flows.json", json.dumps(flows, indent=1))
     with run.paths_lock:
         configured = {(src, dst): path for src, core in run.cores.items()
                       for dst, path in core.configured().items()}
@@ -57,7 +57,7 @@ def write_instances(run) -> None:
     final = [{"name": n.instance, "ip": n.ip, "status": run.status[n.instance],
               "network": run.network[n.instance],
               "exit_code": run.exit_codes.get(n.instance)} for n in run.plan.instances]
-    (run.rundir.path / "instances.json").write_text(json.dumps(final, indent=1))
+    run.rundir.write_file("instances.json", json.dumps(final, indent=1))
     counts: dict[str, int] = {}
     for inst in final:
         counts[inst["status"]] = counts.get(inst["status"], 0) + 1
@@ -68,7 +68,7 @@ def write_event_log(run) -> None:
     if getattr(run, "player", None) is None:
         return
     log = [f.as_dict() for f in run.player.log]
-    (run.rundir.path / "events.json").write_text(json.dumps(log, indent=1))
+    run.rundir.write_file("events.json", json.dumps(log, indent=1))
     if log:
         late = [f["lateness_us"] for f in log]
         p50, p99 = percentile(late, 0.5) / 1000, percentile(late, 0.99) / 1000

@@ -6,12 +6,24 @@ pinned BPF object, it appends a line naming it to `journal.jsonl`
 (write-ahead); right after starting a process it records the pid with the
 process's start time (so a recycled pid is never mistaken for ours).  After a SIGKILL of the
 manager, `collapsar cleanup` replays the journal and removes exactly those
-objects (see `plan_cleanup`), nothing found by name pattern.
+objects (see cleanup_plan, which checks each record against the run's own
+naming first), nothing found by name pattern.
 
 Layout: STATE/journals/<run id>.jsonl is the journal of a run not yet ended,
 STATE/index/<run id> a symlink to its run directory (by default STATE/<run
 id>, or under --run-dir), STATE/active.lock the flock held by the active run.
 STATE is /run/collapsar (or $COLLAPSAR_STATE_DIR).
+
+Cleanup runs as root on what these files say, so it believes only files that
+no one but root could have written (safefiles.py): the state directory and
+every directory above it must be root's and writable by no one else, a
+journal is opened without following symlinks and must be root's and not
+group/other-writable, and a run is named by its id (looked up in STATE only,
+never relative to the current directory) or by a run directory the index
+names.  A run directory is made 0700 where only root can write (its parent
+checked the same way, /tmp's sticky bit allowed), and everything the run
+writes there is created anew (O_EXCL, O_NOFOLLOW, 0600) through a descriptor
+of that directory, so nothing planted there, or in its place, is followed.
 """
 
 from __future__ import annotations
@@ -24,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CollapsarError, RunError
+from .addressing import check_run_id
+from .safefiles import check_private_dir, create_file_at, open_dir, read_private_file
 
 STATE_DIR_ENV = "COLLAPSAR_STATE_DIR"
 DEFAULT_STATE_DIR = "/run/collapsar"
@@ -33,6 +47,35 @@ END_KINDS = ("finished", "cleaned")  # a journal ending in one of these has noth
 
 def state_dir() -> Path:
     return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+
+
+def checked_state_dir(state: Path | None = None, create: bool = False) -> Path:
+    """The state directory (made if asked), refused unless only root can
+    change it or anything above it.  One that does not exist holds no runs."""
+    state = state or state_dir()
+    if create:
+        os.makedirs(state, mode=0o755, exist_ok=True)
+    elif not os.path.lexists(state):
+        return state
+    return check_private_dir(state, "state directory")
+
+
+def _state_subdir(state: Path, name: str) -> Path:
+    """STATE/journals or STATE/index, made if missing, checked as STATE is."""
+    path = state / name
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    return check_private_dir(path, "state directory")
+
+
+def is_run_id(text: str) -> bool:
+    try:
+        check_run_id(text)
+    except CollapsarError:
+        return False
+    return True
 
 
 def process_start_time(pid: int) -> int | None:
@@ -59,9 +102,11 @@ class Journal:
     a synced journal could help remove (fsync cost ~6 ms per record here,
     a third of a 50-instance start)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, new: bool = False):
         self.path = path
-        self._file = open(path, "a", encoding="utf-8")
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(path, flags | (os.O_CREAT | os.O_EXCL if new else 0), 0o600)
+        self._file = os.fdopen(fd, "a", encoding="utf-8")
 
     def record(self, kind: str, **fields: object) -> None:
         line = json.dumps({"kind": kind, "t": round(time.time(), 6), **fields}, sort_keys=True)
@@ -73,14 +118,25 @@ class Journal:
 
 
 def read_journal(path: Path) -> list[dict]:
-    """Every complete record; a torn last line (SIGKILL mid-write) is skipped,
-    which is safe because a record is written before the object exists."""
+    """Every record of a journal only root could have written (else one line
+    saying why).  A torn last line (SIGKILL mid-write) is skipped, which is
+    safe because a record is written before the object exists; any other
+    line that is not a record means the file is not a journal we wrote."""
+    try:
+        text = read_private_file(path, "journal").decode("utf-8")
+    except UnicodeDecodeError:
+        raise CollapsarError(f"journal {path}: not UTF-8 text; expected a journal written by collapsar run") from None
+    lines = text.split("\n")
+    lines.pop()  # "" after a final newline, else a line cut short: skipped
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(lines, start=1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
-            continue
+            record = None
+        if not isinstance(record, dict):
+            raise CollapsarError(f"{path}:{number}: not a journal record; expected one JSON object per line")
+        records.append(record)
     return records
 
 
@@ -95,9 +151,8 @@ class RunLock:
 
     @classmethod
     def acquire(cls, state: Path, run_id: str, run_dir: Path) -> "RunLock":
-        state.mkdir(parents=True, exist_ok=True)
-        path = state / "active.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        path = checked_state_dir(state, create=True) / "active.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -136,59 +191,125 @@ class RunDir:
     directory: a run directory under /tmp may be deleted while its run's
     leftovers still exist, and cleanup must not depend on it.  When the run
     ends (or is cleaned up) the journal is copied into the run directory and
-    leaves the state directory."""
+    leaves the state directory.  The run's first record names the run
+    directory's device and inode, so a cleanup can tell it from whatever
+    later stands at its path."""
 
     run_id: str
     path: Path
     state: Path
     journal: Journal
+    dir_fd: int  # the run directory itself, whatever becomes of its path
 
     @classmethod
     def create(cls, run_id: str, base: Path | None = None, state: Path | None = None) -> "RunDir":
-        state = state or state_dir()
-        path = ((base or state) / run_id).resolve()
-        path.mkdir(parents=True, exist_ok=False)
-        (path / "logs").mkdir()
-        journal_path = state_journal(state, run_id)
-        journal_path.parent.mkdir(parents=True, exist_ok=True)
-        (state / "index").mkdir(parents=True, exist_ok=True)
-        os.symlink(path, state / "index" / run_id)
-        os.symlink(journal_path, path / JOURNAL)
-        run = cls(run_id, path, state, Journal(journal_path))
-        run.journal.record("run", run_id=run_id, pid=os.getpid(),
-                           start_time=process_start_time(os.getpid()), run_dir=str(path))
-        return run
+        check_run_id(run_id)
+        state = checked_state_dir(state, create=True)
+        if base is not None:
+            os.makedirs(base, mode=0o755, exist_ok=True)
+            base = check_private_dir(base, "run directory base", sticky_leaf=True)
+        path = (base or state) / run_id
+        try:
+            os.mkdir(path, 0o700)  # fails on anything already there, a symlink included
+        except FileExistsError:
+            what = "a symlink" if path.is_symlink() else "something"
+            raise RunError(f"run directory {path}: {what} is already there; a new run never reuses "
+                           f"(or follows) one") from None
+        dir_fd = open_dir(path)
+        os.mkdir("logs", 0o700, dir_fd=dir_fd)
+        journal_path = _state_subdir(state, "journals") / f"{run_id}.jsonl"
+        journal = Journal(journal_path, new=True)
+        os.symlink(path, _state_subdir(state, "index") / run_id)
+        os.symlink(journal_path, JOURNAL, dir_fd=dir_fd)
+        itself = os.fstat(dir_fd)
+        journal.record("run", run_id=run_id, pid=os.getpid(), start_time=process_start_time(os.getpid()),
+                       run_dir=str(path), run_dir_dev=itself.st_dev, run_dir_ino=itself.st_ino)
+        return cls(run_id, path, state, journal, dir_fd)
 
     def log_paths(self, instance: str) -> tuple[Path, Path]:
         return self.path / "logs" / f"{instance}.out", self.path / "logs" / f"{instance}.err"
+
+    def write_file(self, name: str, text: str) -> Path:
+        """RUNDIR/NAME, new, mode 0600: never written over or through
+        anything already there (which only root could have put there)."""
+        try:
+            create_file_at(self.dir_fd, name, text.encode())
+        except FileExistsError:
+            raise RunError(f"{self.path / name}: already exists; a run writes each of its files "
+                           f"once and never over (or through) another") from None
+        return self.path / name
 
     def finish(self) -> None:
         """Mark the run as fully torn down and retire its journal."""
         self.journal.record("finished")
         self.journal.close()
-        retire(self.state, self.run_id)
+        retire(self.state, self.run_id, self.dir_fd)
+        os.close(self.dir_fd)
 
 
 def state_journal(state: Path, run_id: str) -> Path:
-    return state / "journals" / f"{run_id}.jsonl"
+    return state / "journals" / f"{check_run_id(run_id)}.jsonl"
 
 
-def retire(state: Path, run_id: str) -> None:
-    """Copy the journal into the run directory (if it still exists) and drop
-    the run from the state directory."""
+def retire(state: Path, run_id: str, dir_fd: int | None = None) -> str | None:
+    """Copy the journal into the run directory and drop the run from the
+    state directory.  The copy goes into the directory the run created
+    (`dir_fd`, or the one its first record names by device and inode),
+    never through a symlink; returns why it could not, if it could not."""
     journal = state_journal(state, run_id)
     index = state / "index" / run_id
+    problem = None
     if index.is_symlink():
         run_dir = Path(os.readlink(index))
-        if run_dir.is_dir() and journal.is_file():
-            copy = run_dir / (JOURNAL + ".tmp")
-            copy.write_bytes(journal.read_bytes())
-            os.replace(copy, run_dir / JOURNAL)
+        try:
+            data = read_private_file(journal, "journal")
+        except CollapsarError:
+            data = None  # gone, or not ours to copy: dropped below all the same
+        if data is not None:
+            try:
+                problem = _file_journal(run_dir, data, dir_fd)
+            except OSError as error:
+                problem = f"the journal could not be copied into {run_dir}: {error.strerror}"
         index.unlink()
+    journal.unlink(missing_ok=True)
+    return problem
+
+
+def _created_dir(data: bytes) -> tuple[object, object] | None:
+    """(device, inode) of the run directory, from a journal's first record."""
     try:
-        journal.unlink()
-    except FileNotFoundError:
-        pass
+        head = json.loads(data.split(b"\n", 1)[0])
+    except ValueError:
+        return None
+    return (head.get("run_dir_dev"), head.get("run_dir_ino")) if isinstance(head, dict) else None
+
+
+def _file_journal(run_dir: Path, data: bytes, dir_fd: int | None) -> str | None:
+    refused = (f"{run_dir} is not the run directory the run created (replaced or a symlink); "
+               f"its journal was not copied there")
+    own = dir_fd is None
+    if own:
+        try:
+            dir_fd = open_dir(run_dir)
+        except FileNotFoundError:
+            return None  # deleted with its logs (e.g. under /tmp): nothing to file it in
+        except OSError:
+            return refused
+    try:
+        itself = os.fstat(dir_fd)
+        if own and _created_dir(data) != (itself.st_dev, itself.st_ino):
+            return refused
+        tmp = JOURNAL + ".tmp"
+        try:  # a copy a killed cleanup left half-written
+            os.unlink(tmp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        create_file_at(dir_fd, tmp, data)
+        os.replace(tmp, JOURNAL, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # replaces our symlink itself
+    finally:
+        if own:
+            os.close(dir_fd)
+    return None
 
 
 def list_runs(state: Path | None = None) -> dict[str, Path]:
@@ -197,31 +318,13 @@ def list_runs(state: Path | None = None) -> dict[str, Path]:
     if not journals.is_dir():
         return {}
     return {entry.name[:-len(".jsonl")]: entry for entry in sorted(journals.iterdir())
-            if entry.name.endswith(".jsonl")}
-
-
-def run_dir_of(state: Path, run_id: str) -> Path | None:
-    index = state / "index" / run_id
-    return Path(os.readlink(index)) if index.is_symlink() else None
-
-
-def find_run(target: str, state: Path | None = None) -> Path:
-    """A journal from a run id, or from a run directory."""
-    state = state or state_dir()
-    runs = list_runs(state)
-    if target in runs:
-        return runs[target]
-    path = Path(target) / JOURNAL
-    if path.is_file():
-        return path
-    known = ", ".join(runs) or "none"
-    raise CollapsarError(f"cleanup {target}: no such run; expected a run id from "
-                         f"{state / 'journals'} (active or stale: {known}) or a run directory")
+            if entry.name.endswith(".jsonl") and is_run_id(entry.name[:-len(".jsonl")])}
 
 
 def manager_alive(records: list[dict]) -> bool:
-    head = next((r for r in records if r.get("kind") == "run"), None)
-    return bool(head) and same_process(int(head["pid"]), head.get("start_time"))
+    head = records[0] if records and records[0].get("kind") == "run" else {}
+    pid = head.get("pid")
+    return isinstance(pid, int) and pid > 0 and same_process(pid, head.get("start_time"))
 
 
 def is_stale(records: list[dict]) -> bool:
@@ -229,34 +332,3 @@ def is_stale(records: list[dict]) -> bool:
     if records and records[-1].get("kind") in END_KINDS:
         return False
     return not manager_alive(records)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One cleanup action, in the order it must run."""
-
-    action: str  # kill | kill_netns | unpin | del_link | del_netns | rm_hosts
-    target: dict
-
-
-def plan_cleanup(records: list[dict]) -> list[Step]:
-    """What to undo, from a journal: processes first (a namespace with a live
-    process in it would outlive its deletion), then BPF pins, links, the
-    bridge, the namespaces and their hosts files.  Each step is idempotent:
-    a thing already gone is skipped, so a cleanup can be repeated."""
-    if records and records[-1].get("kind") in END_KINDS:
-        return []
-    by_kind: dict[str, list[dict]] = {}
-    for record in records:
-        by_kind.setdefault(record.get("kind", ""), []).append(record)
-    steps = [Step("kill", {"pid": r["pid"], "start_time": r.get("start_time"),
-                           "instance": r.get("instance")}) for r in by_kind.get("process", [])]
-    steps += [Step("kill_netns", {"netns": r["name"], "inode": r["inode"]})
-              for r in by_kind.get("netns_inode", [])]
-    steps += [Step("unpin", {"path": r["path"]}) for r in by_kind.get("bpf_pin", [])]
-    steps += [Step("del_link", {"name": r["name"]}) for r in reversed(by_kind.get("veth", []))]
-    steps += [Step("del_link", {"name": r["name"]}) for r in by_kind.get("bridge", [])]
-    steps += [Step("del_fw", {"bridge": r["bridge"], "tag": r["tag"]}) for r in by_kind.get("fw_accept", [])]
-    steps += [Step("del_netns", {"netns": r["name"]}) for r in reversed(by_kind.get("netns", []))]
-    steps += [Step("rm_hosts", {"path": r["path"]}) for r in reversed(by_kind.get("hosts", []))]
-    return steps

@@ -14,7 +14,11 @@ instances and says once that it cannot talk to other managers.
 
 The experiment tag on the wire is a CRC of the experiment file's bytes, so
 managers fed the same file agree on it and any other run's messages are
-dropped as foreign.
+dropped as foreign.  Messages are authenticated with the run's `key`
+(share_key.py): a local run makes one in memory, it has no other manager.
+A dropped message is counted in the status; the first of each kind (other
+than our own messages coming back) is also reported on the run's output,
+once, never per message: a flood must not become a flood of lines.
 
 Environment variables serve measurements (bench/sharing_bench.py
 --convergence), not users: COLLAPSAR_SHARE_<FIELD> overrides a
@@ -36,7 +40,9 @@ from typing import Callable, Iterable, Mapping, Sequence
 from ..errors import CollapsarError
 from .metadata import Codec
 from .share_bus import STREAM_ID, MetadataBus, open_aeron
+from .share_key import new_key
 from .share_loop import ShareLoop, ShareSettings
+from .share_routes import Routes
 from .sharing import Flow, share
 
 
@@ -51,6 +57,23 @@ def link_count(state) -> int:
     return max(1, max(state.links, default=0) + 1)
 
 
+def run_codec(source: str, timeline, instances: Sequence[str], key: bytes) -> Codec:
+    """The codec every manager of one run builds alike from the same file."""
+    return Codec(experiment_tag(source), link_count(timeline.steps[0].state), instances=len(instances), key=key)
+
+
+# What each drop reason means, for the one line that reports it.
+DROP_REASONS = {
+    "forged": "its authentication tag does not match this run's key (not from a manager of this run)",
+    "stale": "not newer than what its sender said last (a replay or a duplicate)",
+    "path": "a flow that is not a collapsed path of its sender's instance",
+    "sender": "a sender id that is no instance of this run",
+    "flows": "more flows than its sender has destinations",
+    "foreign": "another run's or another program's message",
+    "version": "another wire format version (a manager of another Collapsar version)",
+}
+
+
 class ManagerSharing:
     """The sharing of one manager, whatever runs its cores: a ShareLoop, its
     metadata bus and this host's media driver.  `lock` is the one the
@@ -62,13 +85,14 @@ class ManagerSharing:
     the namespace whose address `listen` is."""
 
     def __init__(self, *, source: str, instances: Sequence[str], cores: Mapping[str, object], netem: bool,
-                 first_state, lock, aeron_dir: str, log_path, say: Callable[[str], None],
+                 timeline, key: bytes, lock, aeron_dir: str, log_path, say: Callable[[str], None],
                  listen: str | None = None, driver_prefix: tuple[str, ...] = (),
                  settings: ShareSettings = ShareSettings(), aeron: bool = True):
         self._say = say
         self._lock = lock
         self.ids = {name: index for index, name in enumerate(instances)}
-        codec = Codec(experiment_tag(source), link_count(first_state))
+        codec = run_codec(source, timeline, instances, key)
+        self._reported: set[str] = {"own"}  # drop reasons said once already
         self.transport = None
         self.aeron_problem: str | None = None
         self.lost: list[str] = []  # one line per media driver lost
@@ -85,7 +109,8 @@ class ManagerSharing:
                 self.aeron_problem = str(error).splitlines()[0]
                 say(f"warning: no Aeron metadata bus ({self.aeron_problem}); sharing among this "
                     f"manager's instances only")
-        self.bus = MetadataBus(codec, {name: self.ids[name] for name in cores}, self.transport)
+        self.bus = MetadataBus(codec, {name: self.ids[name] for name in cores}, self.transport,
+                               routes=Routes(timeline, instances))
         self.loop = ShareLoop(list(cores), cores, self.bus, netem=netem,
                               settings=self.settings_from_env(settings),
                               apply=self._apply, configured=self._configured,
@@ -146,11 +171,20 @@ class ManagerSharing:
         src/dst), `state` the timeline's state now."""
         wire = {(f["src"], f["dst"]): f["wire_bytes"] for f in flows}
         self.loop.tick(time.monotonic_ns(), wire, state)
+        self._report_drops()
         if self._trace is not None:
             flows = [{k: f[k] for k in ("src", "dst", "measured_bps", "allowed_bps", "share_bps",
                                         "congestion_loss_ratio")}
                      for f in self.loop.last["flows"] if f["local"]]
             self._trace.write(json.dumps({"t_us": now_us, "period": self.loop.period, "flows": flows}) + "\n")
+
+    def _report_drops(self) -> None:
+        for reason in list(self.bus.counters.dropped):
+            if reason not in self._reported:
+                self._reported.add(reason)
+                why = DROP_REASONS.get(reason, "malformed")
+                self._say(f"warning: sharing: dropped a metadata message ({reason}: {why}); such messages are "
+                          f"counted in the status (sharing.metadata.dropped_messages), not reported again")
 
     def status(self) -> dict:
         status = self.loop.status()
@@ -183,7 +217,7 @@ class LocalSharing(ManagerSharing):
         # share (--vm) does not support.  The driver removes the dir when it
         # stops, also when the manager dies (aeron_driver.py).
         super().__init__(source=run.experiment.source, instances=run.instances, cores=run.cores,
-                         netem=run.netem, first_state=run.timeline.steps[0].state, lock=run.paths_lock,
+                         netem=run.netem, timeline=run.timeline, key=new_key(), lock=run.paths_lock,
                          aeron_dir=f"/dev/shm/collapsar-{run.run_id}-aeron",
                          log_path=run.rundir.path / "aeron-driver.log", say=say, settings=settings, aeron=aeron)
 

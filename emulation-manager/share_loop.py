@@ -174,7 +174,7 @@ class ShareLoop:
         for f in own:
             by_core[f.src].append(FlowReport(f.path.link_ids, f.rate_bps, f.saturated))
         self.bus.publish(self.period, by_core)
-        remote = self.bus.receive(self.period)
+        remote = self.bus.receive(self.period, state)
 
         flows: list[Flow] = []
         offered: dict = {}

@@ -1,7 +1,7 @@
 """One manager of a multi-manager experiment, with synthetic traffic.
 
     python -m collapsar.manager.share_peer FILE --own a,ra --wants a:ra=50M \
-        --listen 10.0.0.1:40100 --peer 10.0.0.2:40100 --aeron-dir DIR --duration 4
+        --listen 10.0.0.1:40100 --peer 10.0.0.2:40100 --aeron-dir DIR --key-file KEY --duration 4
 
 Each manager owns a subset of the experiment's instances, runs its own media
 driver and `ShareLoop`, and talks `aeron:udp` to its peers; this is the
@@ -14,9 +14,14 @@ be checked to agree with one manager that owns everything (the distributed
 algorithm and its transport, not the kernel), and a media driver can be
 killed under them.
 
+The managers of one experiment share the key in --key-file (share_key.py;
+`PeerNetwork` writes one for its members); without it a manager makes its
+own and can talk to nobody.
+
 Output: JSON lines on stdout: {"driver_pid": N} once Aeron is up, one
 {"driver_lost": ...} per loss, and at the end {"rates": {"a>ra": bps},
-"status": ...}.  The end is --duration after the loop starts, or SIGTERM,
+"status": ..., "tick_ms": {...}, "cpu_s": ...} (how long the loop's ticks
+took, and the CPU time of the loop).  The end is --duration after the loop starts, or SIGTERM,
 whichever comes first: managers started together do not get their loops
 going together (each starts its own media driver), and one that ends
 earlier falls silent, so the others expire its flows.  A harness that
@@ -30,9 +35,13 @@ import dataclasses
 import json
 import random
 import signal
+import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from ..parser import parse_file
 from ..tcal.plan import Shaping
@@ -40,10 +49,11 @@ from ..timeline import build_timeline
 from ..units import parse_rate_bps
 from .core import EmulationCore
 from .experiment import all_instances, paths_from
-from .metadata import Codec
 from .share_bus import METADATA_PORT, MetadataBus, open_aeron
-from .share_local import experiment_tag, link_count
+from .share_key import new_key, read_key_file, write_key_file
+from .share_local import run_codec
 from .share_loop import ShareLoop, ShareSettings
+from .share_routes import Routes
 
 
 class MemoryTree:
@@ -77,7 +87,8 @@ class SyntheticHost:
     """The owned instances of one experiment on memory trees, and a plant
     that turns each flow's wish into counter bytes every period."""
 
-    def __init__(self, path: str, owned: list[str], wants: dict[tuple[str, str], int], noise: float = 0.0):
+    def __init__(self, path: str, owned: list[str], wants: dict[tuple[str, str], int], noise: float = 0.0,
+                 key: bytes | None = None):
         experiment = parse_file(path)
         self.timeline = build_timeline(experiment)
         self.instances = all_instances(self.timeline)
@@ -96,7 +107,8 @@ class SyntheticHost:
         self.sent = {k: 0 for k in self.wants}
         self.noise = noise
         self._rng = random.Random(1)
-        self.codec = Codec(experiment_tag(experiment.source), link_count(first))
+        self.codec = run_codec(experiment.source, self.timeline, self.instances, key or new_key())
+        self.routes = Routes(self.timeline, self.instances)
         self.sender_ids = {name: i for i, name in enumerate(self.instances)}
 
     def rate(self, src: str, dst: str) -> int:
@@ -112,13 +124,17 @@ class SyntheticHost:
 
 class PeerNetwork:
     """n network namespaces on one bridge (inside a hub namespace), for
-    managers that talk aeron:udp on one machine; `close()` deletes exactly
-    the namespaces made, by name."""
+    managers that talk aeron:udp on one machine, and their run's key in a
+    private directory; `close()` deletes exactly the namespaces made, by
+    name, and that directory."""
 
     def __init__(self, tag: str, n: int, subnet_prefix: str = "10.231.0", port: int = METADATA_PORT):
         self.made: list[str] = []
         self.members: list[tuple[str, str]] = []  # (netns, "ip:port")
+        self._key_dir = Path(tempfile.mkdtemp(prefix=f"{tag}-key-"))  # mode 0700
+        self.key_path = self._key_dir / "metadata.key"
         try:
+            write_key_file(self.key_path)
             hub = f"{tag}h"
             self._ip("netns", "add", hub)
             self.made.append(hub)
@@ -153,12 +169,14 @@ class PeerNetwork:
         member's address and publishes to every other member."""
         ns, listen = self.members[index]
         peers = [arg for j, (_, addr) in enumerate(self.members) if j != index for arg in ("--peer", addr)]
-        return ["ip", "netns", "exec", ns, *base_argv, "--listen", listen, *peers, "--aeron-dir", aeron_dir]
+        return ["ip", "netns", "exec", ns, *base_argv, "--listen", listen, *peers, "--aeron-dir", aeron_dir,
+                "--key-file", str(self.key_path)]
 
     def close(self) -> None:
         for ns in reversed(self.made):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.made.clear()
+        shutil.rmtree(self._key_dir, ignore_errors=True)
 
 
 def _wants(texts: list[str]) -> dict[tuple[str, str], int]:
@@ -180,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", default=None, help="ip:port this manager's UDP subscription binds")
     parser.add_argument("--peer", action="append", default=[], help="ip:port of another manager")
     parser.add_argument("--aeron-dir", default=None, help="Media driver dir (omit: no Aeron, alone)")
+    parser.add_argument("--key-file", default=None,
+                        help="The run's metadata key, shared by its managers (omit: a key of its own)")
     parser.add_argument("--duration", type=float, default=4.0, help="Seconds to run")
     parser.add_argument("--period", type=float, default=0.05, help="Seconds per period")
     parser.add_argument("--noise", type=float, default=0.0,
@@ -193,28 +213,36 @@ def main(argv: list[str] | None = None) -> int:
     def emit(record: dict) -> None:
         print(json.dumps(record), flush=True)
 
-    host = SyntheticHost(args.file, [n for n in args.own.split(",") if n], _wants(args.wants), args.noise)
+    key = read_key_file(args.key_file) if args.key_file else None
+    host = SyntheticHost(args.file, [n for n in args.own.split(",") if n], _wants(args.wants), args.noise, key)
     transport = None
     if args.aeron_dir:
         transport = open_aeron(args.aeron_dir, listen=args.listen, peers=args.peer,
                                on_driver_lost=lambda problem: emit({"driver_lost": problem}))
         emit({"driver_pid": transport.driver.pid})
-    bus = MetadataBus(host.codec, {n: host.sender_ids[n] for n in host.owned}, transport)
+    bus = MetadataBus(host.codec, {n: host.sender_ids[n] for n in host.owned}, transport, routes=host.routes)
     loop = ShareLoop(host.owned, host.cores, bus, netem=True, settings=ShareSettings(increase_gain=1.0))
     try:
         start = time.monotonic()
         next_tick = start
+        ticks_ms: list[float] = []
+        cpu_start = time.process_time()
         while time.monotonic() - start < args.duration and not stopping:
             now_us = int((time.monotonic() - start) * 1e6)
             # The plant's bytes follow the nominal period, so the loop's clock
             # does too: a late tick must not read as a slower flow.
             virtual_ns = int((loop.period + 1) * args.period * 1e9)
+            began = time.perf_counter()
             loop.tick(virtual_ns, host.advance(args.period), host.timeline.state_at(now_us))
+            ticks_ms.append((time.perf_counter() - began) * 1e3)
             next_tick += args.period
             time.sleep(max(0.0, next_tick - time.monotonic()))
         emit({"rates": {f"{s}:{d}": host.rate(s, d) for s, d in host.wants},
               "status": {**loop.status(), "driver_restarts": len(transport.failures) if transport else 0,
-                         "driver_pid": transport.driver.pid if transport else None}})
+                         "driver_pid": transport.driver.pid if transport else None},
+              "tick_ms": {"median": round(statistics.median(ticks_ms), 3) if ticks_ms else None,
+                          "max": round(max(ticks_ms), 3) if ticks_ms else None, "count": len(ticks_ms)},
+              "cpu_s": round(time.process_time() - cpu_start, 3)})
     finally:
         if transport is not None:
             transport.close()

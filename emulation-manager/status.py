@@ -10,65 +10,50 @@ and (when a run or the dashboard gives them) the control actions and the web pag
   GET  /dashboard/  the web page (static assets built from dashboard/web)
   POST /control/ACTION  start, stop, link (collapsar.manager.control): bearer token
 
-The manager's loop publishes a fresh snapshot each period (`StatusBoard`);
-handlers only read published snapshots, so a slow client never touches the
-emulation's own state.  GETs are open but bound to loopback by default, and
+The manager's loop publishes a fresh snapshot each period (`StatusBoard`,
+board.py); handlers only read published snapshots, so a slow client never
+touches the emulation's own state, and each snapshot is encoded once for
+all of them.  Timeouts, caps and the 500 of a failed handler: httpguard.py.
+GETs are open but bound to loopback by default, and
 a request whose Host header names another machine is refused there (a web
 page elsewhere cannot reach the API by DNS rebinding); POSTs need the token.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import mimetypes
+import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
 
+from .board import StatusBoard, paths_rows  # noqa: F401 - runs and the dashboard take them from here
 from .control import MAX_BODY_BYTES, ControlRefused, RunControl
+from .httpguard import GuardedHandler, GuardedHTTPServer, Limits
+from .streams import Streams
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def binds_loopback(bind: str) -> bool:
+    """Whether `bind` (an address, or a name such as localhost) names only
+    loopback addresses: then Host headers are checked, against DNS rebinding."""
+    try:
+        return ipaddress.ip_address(bind.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(bind, None, type=socket.SOCK_STREAM)}
+    except (OSError, UnicodeError):  # the server cannot bind it either, and says so
+        return False
+    return bool(found) and all(ipaddress.ip_address(ip.split("%")[0]).is_loopback for ip in found)
+
+
 # The page loads its own bundle and talks to its own origin only.
 PAGE_POLICY = ("default-src 'self'; img-src 'self' data:; style-src 'self'; "
                "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
-
-
-class StatusBoard:
-    def __init__(self, paths: Callable[[], list[dict]] = lambda: []):
-        self._cond = threading.Condition()
-        self._snapshot: dict = {"state": "starting"}
-        self._version = 0
-        self._closed = False
-        self.paths = paths  # built on request: O(instances^2)
-
-    def publish(self, snapshot: dict) -> None:
-        with self._cond:
-            self._snapshot = snapshot
-            self._version += 1
-            self._cond.notify_all()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-    @property
-    def closed(self) -> bool:
-        with self._cond:
-            return self._closed
-
-    def snapshot(self) -> tuple[int, dict]:
-        with self._cond:
-            return self._version, self._snapshot
-
-    def wait_newer(self, version: int, timeout_s: float) -> tuple[int, dict] | None:
-        """The next snapshot after `version`, or None when closed or timed out."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._version != version or self._closed, timeout_s)
-            if self._closed or self._version == version:
-                return None
-            return self._version, self._snapshot
 
 
 def _label(value: str) -> str:
@@ -110,13 +95,15 @@ def metrics_text(snapshot: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(GuardedHandler):
     # Set on the subclass made per server:
     board: StatusBoard
+    streams: Streams
     control: RunControl | None = None
     topology: Callable[[], dict] | None = None
     assets: Path | None = None
     loopback_only = True
+    bind_name = ""  # a name such as this host's, that resolves to loopback: a Host it answers too
 
     def log_message(self, format, *args) -> None:  # noqa: A002 - the stdlib's name
         pass  # the manager's stderr is for the user, not for access logs
@@ -141,7 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         host = (self.headers.get("Host") or "").strip().lower()
         name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        if name in LOOPBACK_HOSTS:
+        if name in LOOPBACK_HOSTS or name == self.bind_name:
             return True
         self._json({"error": f"Host {host[:60]!r} refused: this API answers loopback names only"},
                    403)
@@ -159,15 +146,17 @@ class _Handler(BaseHTTPRequestHandler):
         if route == "/dashboard" and self.assets is not None:
             self._send(302, b"", "text/plain", {"Location": "/dashboard/"})
         elif route in ("/", "/status"):
-            self._json(snapshot)
+            self._send(200, self.board.encoded().body, "application/json")
         elif route == "/paths":
-            self._json(self.board.paths())
+            self._send(200, self.board.paths_body(), "application/json")
         elif route == "/events":
             self._json(snapshot.get("events", {}))
         elif route == "/topology" and self.topology is not None:
             self._json(self.topology())
         elif route == "/metrics":
-            self._send(200, metrics_text(snapshot).encode(), "text/plain; version=0.0.4")
+            text = (metrics_text(snapshot) + self.board.metrics()
+                    + self.server.metrics(streams=self.streams.slots.in_use))
+            self._send(200, text.encode(), "text/plain; version=0.0.4")
         elif route == "/stream":
             self._stream()
         else:
@@ -214,7 +203,12 @@ class _Handler(BaseHTTPRequestHandler):
             raise ControlRefused(400, "Content-Length is not a number") from None
         if length > MAX_BODY_BYTES:
             raise ControlRefused(413, f"request body over {MAX_BODY_BYTES} bytes")
-        raw = self.rfile.read(length) if length > 0 else b""
+        try:
+            raw = self.rfile.read(length) if length > 0 else b""
+        except TimeoutError:  # its deadline: httpguard.Limits.request_s
+            self.close_connection = True
+            raise ControlRefused(408, f"request body not received in time ({length} bytes "
+                                      "announced)") from None
         if not raw.strip():
             return None
         try:
@@ -223,43 +217,53 @@ class _Handler(BaseHTTPRequestHandler):
             raise ControlRefused(400, f"request body is not JSON: {error}") from None
 
     def _stream(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        version, snapshot = self.board.snapshot()
-        try:
-            while True:
-                self.wfile.write(b"event: status\ndata: " + json.dumps(snapshot).encode() + b"\n\n")
-                self.wfile.flush()
-                newer = self.board.wait_newer(version, timeout_s=15.0)
-                if newer is None:
-                    if self.board.closed:
-                        return
-                    self.wfile.write(b": keep-alive\n\n")  # comment line: keeps proxies from timing out
-                    continue
-                version, snapshot = newer
-        except (BrokenPipeError, ConnectionResetError):
+        """The head and the current snapshot from this thread; every later
+        snapshot from the streams' one thread (streams.py)."""
+        slots = self.streams.slots
+        if not slots.take():
+            self.server.counters.add("streams_full")
+            self._json({"error": f"every one of this API's {slots.cap} streams is taken; poll "
+                                 "/status, or try again later"}, 503, {"Retry-After": "5"})
             return
+        handed = False
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            encoded = self.board.encoded()
+            self.wfile.write(encoded.frame)
+            self.server.detach(self.connection)
+            self.streams.add(self.connection, encoded.version)  # with the slot
+            handed = True
+        finally:
+            if not handed:
+                slots.give()
 
 
 class StatusServer:
     def __init__(self, board: StatusBoard, port: int = 0, bind: str = "127.0.0.1",
                  control: RunControl | None = None, topology: Callable[[], dict] | None = None,
-                 assets: Path | None = None):
+                 assets: Path | None = None, limits: Limits | None = None,
+                 error_log: Path | None = None):
+        """`error_log`: where tracebacks of failed requests go (None: stderr)."""
         handler = type("Handler", (_Handler,), {
             "board": board, "control": control, "topology": staticmethod(topology) if topology
-            else None, "assets": assets, "loopback_only": bind.startswith("127.") or bind == "::1"})
-        self._server = ThreadingHTTPServer((bind, port), handler)
-        self._server.daemon_threads = True
+            else None, "assets": assets, "loopback_only": binds_loopback(bind), "bind_name": bind.lower()})
+        self._server = GuardedHTTPServer((bind, port), handler, limits, error_log)
+        self._streams = handler.streams = Streams(board, self._server.limits, self._server.counters,
+                                                  self._server.errors)
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        name="status", daemon=True)  # quick shutdown()
+        self._thread = threading.Thread(target=self._server.serve, name="status", daemon=True)
 
     def start(self) -> "StatusServer":
+        self._streams.start()
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        self._server.stop()
+        if self._thread.ident is not None:
+            self._thread.join()
+        self._streams.stop()
         self._server.server_close()

@@ -5,11 +5,19 @@ reaches the whole tree the command started.  Leave is SIGTERM, then SIGKILL
 after a grace period; crash is SIGKILL at once.  `poll()` reaps exited
 children and escalates overdue leaves; it never blocks, so the manager's
 loop and the event player stay on time.
+
+A command must not outlive a manager that is killed (SIGKILL leaves no
+teardown): the prefix the run gives (local.py) makes the kernel send it
+SIGKILL when its parent dies (setpriv --pdeathsig).  "Parent" is the thread
+that forked it, so every command is forked by one spawner thread that lives
+until `close()`, after the commands are stopped: the timeline thread that
+starts joins ends before that.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import threading
@@ -71,6 +79,7 @@ class Supervisor:
         self._running: dict[str, Running] = {}
         self._stopping: dict[str, str] = {}  # instance -> how (stopped | crashed)
         self._lock = threading.Lock()
+        self._spawner = _Spawner()
         self.exits: list[Exit] = []
 
     def start(self, launch: Launch) -> int:
@@ -84,11 +93,11 @@ class Supervisor:
                                f"(pid {self._running[launch.instance].popen.pid})")
             with open(out_path, "ab") as out, open(err_path, "ab") as err:
                 try:
-                    popen = subprocess.Popen(
+                    popen = self._spawner.call(lambda: subprocess.Popen(
                         [*self._prefix(launch.instance), *launch.argv], env=env, cwd=launch.cwd,
                         stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
                         close_fds=True,
-                    )
+                    ))
                 except (OSError, subprocess.SubprocessError) as error:
                     raise RunError(f"instance {launch.instance}: cannot start "
                                    f"{launch.argv[0]!r}: {error}") from None
@@ -186,3 +195,41 @@ class Supervisor:
             self.poll()
             time.sleep(0.005)
         return self.exits
+
+    def close(self) -> None:
+        """End the spawner thread: whatever still runs then gets its parent-death
+        signal, so call this after `stop_all`."""
+        self._spawner.close()
+
+
+class _Spawner:
+    """One long-lived thread that forks every command (see the module doc)."""
+
+    def __init__(self):
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name="collapsar-spawner", daemon=True)
+        self._thread.start()
+
+    def call(self, make: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+        if not self._thread.is_alive():
+            raise RunError("the supervisor is closed: no command can start")
+        done, box = threading.Event(), {}
+        self._requests.put((make, box, done))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["popen"]
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._requests.put(None)
+            self._thread.join()
+
+    def _serve(self) -> None:
+        while (request := self._requests.get()) is not None:
+            make, box, done = request
+            try:
+                box["popen"] = make()
+            except BaseException as error:  # handed to the caller, who raises it
+                box["error"] = error
+            done.set()

@@ -1,10 +1,14 @@
-"""Carry out a cleanup plan (rundir.plan_cleanup): the same code undoes a
-run at its normal end and after a SIGKILL of its manager.
+"""Carry out a cleanup plan (cleanup_plan.plan_cleanup, which has checked
+every record against the run's naming): the same code undoes a run at its
+normal end and after a SIGKILL of its manager.
 
-Every step checks identity before acting: a pid is killed only if its start
-time matches the journal, a process is killed for living in a namespace only
-if that namespace's file still has the inode recorded at creation.  Missing
-objects are skipped, so running a plan twice is harmless.
+Every step checks identity again when it acts, since time has passed since
+the plan: a pid is killed only if its start time matches the journal and it
+still lives in the run's namespace (through a pidfd, so a pid recycled
+meanwhile is never signalled), a process is killed for living in a namespace
+only if that namespace's file still has the inode recorded at creation, and
+files are removed below /etc/netns and bpffs without following a symlink.
+Missing objects are skipped, so running a plan twice is harmless.
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from . import firewall
-from .nsexec import netns_inode, remove_netns
-from .rundir import Step, same_process
+from .cleanup_plan import PIN_ROOT, Step, in_run_netns, netns_file_inode
+from .netns import HOSTS_ROOT
+from .nsexec import remove_netns
+from .rundir import same_process
+from .safefiles import remove_beneath
 
 
 def pids_by_netns() -> dict[int, list[int]]:
@@ -81,18 +88,33 @@ def execute(steps: list[Step]) -> list[str]:
 
 def _kill(target: dict, ctx: _Context) -> str | None:
     pid = int(target["pid"])
-    if not same_process(pid, target.get("start_time")):
-        return None
-    try:  # the command leads its own process group (supervisor: new session)
-        os.killpg(pid, signal.SIGKILL)
+    try:
+        pidfd = os.pidfd_open(pid)
     except ProcessLookupError:
-        pass
+        return None
+    try:
+        # Checked after the pidfd holds the process: had the pid been
+        # recycled in between, these checks fail (another start time) or
+        # the pidfd's process is already gone and the signal below fails.
+        if not (same_process(pid, target.get("start_time"))
+                and in_run_netns(pid, target["netns"], target["inode"])):
+            return None
+        try:  # the command leads its own process group (supervisor: new session)
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    finally:
+        os.close(pidfd)
     _kill_and_wait([pid])
     return f"killed pid {pid} ({target.get('instance')})"
 
 
 def _kill_netns(target: dict, ctx: _Context) -> str | None:
-    if netns_inode(target["netns"]) != target["inode"]:
+    if netns_file_inode(target["netns"]) != target["inode"]:
         return None
     pids = [pid for pid in ctx.pids_in(target["inode"]) if pid != os.getpid()]
     if not pids:
@@ -102,9 +124,8 @@ def _kill_netns(target: dict, ctx: _Context) -> str | None:
 
 
 def _unpin(target: dict, ctx: _Context) -> str | None:
-    try:
-        os.unlink(target["path"])
-    except FileNotFoundError:
+    relative = Path(target["path"]).relative_to(PIN_ROOT).parts
+    if not remove_beneath(str(PIN_ROOT), list(relative)):
         return None
     return f"removed pinned BPF object {target['path']}"
 
@@ -128,14 +149,8 @@ def _del_netns(target: dict, ctx: _Context) -> str | None:
 
 def _rm_hosts(target: dict, ctx: _Context) -> str | None:
     path = Path(target["path"])
-    try:
-        path.unlink()
-    except FileNotFoundError:
+    if not remove_beneath(str(HOSTS_ROOT), list(path.relative_to(HOSTS_ROOT).parts), rmdir_parent=True):
         return None
-    try:
-        path.parent.rmdir()  # only if empty: a user's own files there stay
-    except OSError:
-        pass
     return f"removed {path}"
 
 

@@ -90,6 +90,7 @@ MIN_GSO_SEGS = 2
 GSO_MAX_BYTES = 65536  # the largest super-packet (gso_max_size)
 LIMIT_HEADROOM = 1.5
 BASE_QUEUE_PKTS = 1000
+MAX_LIMIT_PKTS = 0xFFFF_FFFF
 JITTER_SPAN = 4  # netem's tables reach 4 standard deviations (s16 / 8192)
 
 PSCHED_TICK_NS = 64  # PSCHED_SHIFT = 6: htb's buffer is in 64 ns ticks
@@ -187,7 +188,10 @@ def leaf_limit_pkts(rate_bps: int | None, delay_us: int, jitter_us: int, mtu_byt
     """Queue limit (packets) for a leaf: delay line with headroom plus a base queue."""
     rate = min(rate_bps or LIMIT_RATE_CAP_BPS, LIMIT_RATE_CAP_BPS)
     line_bytes = rate / 8 * (delay_us + JITTER_SPAN * jitter_us) / 1e6
-    return BASE_QUEUE_PKTS + math.ceil(LIMIT_HEADROOM * line_bytes / (mtu_bytes + ETH_HEADER_BYTES))
+    limit = BASE_QUEUE_PKTS + math.ceil(LIMIT_HEADROOM * line_bytes / (mtu_bytes + ETH_HEADER_BYTES))
+    # netem's limit is a u32; a path of several hour-long links would ask for
+    # more, and four billion packets is no limit at all for any host's memory.
+    return min(limit, MAX_LIMIT_PKTS)
 
 
 class HtbCalculator:

@@ -11,7 +11,10 @@ the counters (Meter) and the status API are local mode's, unchanged.
              start / stop / kill, and Swarm's scale-up for joins
   nsbind     a container's network namespace under /run/netns, by its pid
   dnsaddr    other Swarm nodes' instances, from the overlay's DNS
+  dnswire    the DNS wire format dnsaddr needs (A, PTR), every read bounded
   meter      local mode's Meter, attaching counters as containers come and go
+  hostsfile  instance names in each container's /etc/hosts, and the shaped mark
+  inroot     opening those files so that no path leads out of the container
   run        ContainerRun: discover, shape, play the timeline, tear down
   bootstrap  Swarm's global service that starts the privileged manager
 """

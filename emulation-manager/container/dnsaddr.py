@@ -9,70 +9,32 @@ network, so it asks from inside the bootstrapper's namespace (a container of
 the same stack on the same node, on the overlay by design).  No broadcast,
 no node count: the DNS has the whole cluster's view.
 
-The DNS client is the smallest that does A and PTR over UDP: one question,
-answers read with name compression.
+The client is the smallest that does A and PTR over UDP (the wire format is
+dnswire.py).  Its socket is connected to the resolver, so the kernel drops
+datagrams from any other address or port; a reply must also carry the
+query's random id and echo its question.  Every failure, a silent resolver
+or an unreadable reply, is a `DnsError`: the run reports it and asks again
+at its next rescan (`OutageReport`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import os
 import secrets
 import socket
-import struct
 import threading
+import time
+from typing import Callable, TypeVar
 
 from ...model import instance_name
+from .dnswire import TYPE_A, TYPE_PTR, DnsError, decode_answers, encode_query, reply_id
 
 RESOLVER = ("127.0.0.11", 53)
-TYPE_A, TYPE_PTR, CLASS_IN = 1, 12, 1
-
-
-def encode_query(name: str, qtype: int, query_id: int) -> bytes:
-    header = struct.pack("!HHHHHH", query_id, 0x0100, 1, 0, 0, 0)  # recursion desired, one question
-    labels = b"".join(bytes([len(part)]) + part.encode() for part in name.rstrip(".").split("."))
-    return header + labels + b"\0" + struct.pack("!HH", qtype, CLASS_IN)
-
-
-def _read_name(data: bytes, offset: int) -> tuple[str, int]:
-    """A possibly compressed name at `offset`; returns it and the offset after it."""
-    parts, end, jumps = [], None, 0
-    while True:
-        length = data[offset]
-        if length & 0xC0 == 0xC0:  # a pointer to an earlier name
-            if end is None:
-                end = offset + 2
-            offset = ((length & 0x3F) << 8) | data[offset + 1]
-            jumps += 1
-            if jumps > 32:
-                raise ValueError("DNS name compression loop")
-            continue
-        if length == 0:
-            return ".".join(parts), (end if end is not None else offset + 1)
-        parts.append(data[offset + 1:offset + 1 + length].decode(errors="replace"))
-        offset += 1 + length
-
-
-def decode_answers(data: bytes, query_id: int) -> list[tuple[int, object]]:
-    """(type, value) of each answer: an IPv4 string for A, a name for PTR."""
-    ident, flags, qdcount, ancount, _, _ = struct.unpack("!HHHHHH", data[:12])
-    if ident != query_id or flags & 0x000F not in (0, 3):  # 3: NXDOMAIN, no answers
-        raise ValueError(f"DNS reply id {ident} flags {flags:#x}")
-    offset = 12
-    for _ in range(qdcount):
-        _, offset = _read_name(data, offset)
-        offset += 4
-    answers = []
-    for _ in range(ancount):
-        _, offset = _read_name(data, offset)
-        rtype, _, _, length = struct.unpack("!HHIH", data[offset:offset + 10])
-        offset += 10
-        if rtype == TYPE_A and length == 4:
-            answers.append((rtype, socket.inet_ntoa(data[offset:offset + 4])))
-        elif rtype == TYPE_PTR:
-            answers.append((rtype, _read_name(data, offset)[0]))
-        offset += length
-    return answers
+MAX_DATAGRAM = 65535  # read whole datagrams: a cut one would read as malformed
+TYPE_NAMES = {TYPE_A: "A", TYPE_PTR: "PTR"}
+T = TypeVar("T")
 
 
 def reverse_name(ip: str) -> str:
@@ -84,31 +46,78 @@ def slot_of(task_name: str, service: str) -> int | None:
     if not task_name.startswith(service + "."):
         return None
     slot = task_name[len(service) + 1:].split(".", 1)[0]
-    return int(slot) if slot.isdigit() else None
+    return int(slot) if slot.isascii() and slot.isdigit() else None
+
+
+class Resolver:
+    """A UDP socket connected to one DNS server, asking one question at a time."""
+
+    def __init__(self, server: tuple[str, int] = RESOLVER, timeout_s: float = 1.0):
+        self.server, self.timeout_s = server, timeout_s
+        self.label = f"{server[0]}:{server[1]}"
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self._sock.connect(server)  # from now on the kernel drops datagrams from anyone else
+        except OSError as error:
+            self._sock.close()
+            raise DnsError(f"DNS {self.label}: cannot connect: {error.strerror or error}") from None
+
+    def __enter__(self) -> "Resolver":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._sock.close()
+
+    def ask(self, name: str, qtype: int) -> list[str]:
+        """The answers of the type asked (addresses for A, names for PTR; a
+        reply may carry others), or a DnsError naming the server and the question."""
+        what = f"DNS {self.label}: {TYPE_NAMES.get(qtype, qtype)} {name}"
+        query = encode_query(name, qtype, secrets.randbelow(1 << 16))
+        try:
+            self._sock.send(query)
+            data = self._reply_to(query, time.monotonic() + self.timeout_s)
+        except OSError as error:  # e.g. ICMP port unreachable: nothing listens there
+            raise DnsError(f"{what}: {error.strerror or error}") from None
+        if data is None:
+            raise DnsError(f"{what}: no reply within {self.timeout_s:g} s")
+        try:
+            answers = decode_answers(data, query)
+        except DnsError as error:
+            raise DnsError(f"{what}: {error}") from None
+        return [str(value) for rtype, value in answers if rtype == qtype]
+
+    def _reply_to(self, query: bytes, deadline: float) -> bytes | None:
+        """The first datagram carrying the query's id, None at the deadline."""
+        while (left := deadline - time.monotonic()) > 0:
+            self._sock.settimeout(left)
+            try:
+                data = self._sock.recv(MAX_DATAGRAM)
+            except TimeoutError:
+                return None
+            # Another id: a late reply to an earlier question of this socket.
+            if reply_id(data) == reply_id(query):
+                return data
+        return None
 
 
 class DnsAddresses:
     """instance -> address for a stack's services, asked from inside the
-    namespace of `pid` (the bootstrapper's)."""
+    namespace of `pid` (the bootstrapper's; None: this process's own)."""
 
-    def __init__(self, pid: int, stack: str, services: list[str], timeout_s: float = 1.0):
+    def __init__(self, pid: int | None, stack: str, services: list[str], timeout_s: float = 1.0,
+                 server: tuple[str, int] = RESOLVER):
         self.pid, self.stack, self.services, self.timeout_s = pid, stack, services, timeout_s
+        self.server = server
         self._names: dict[str, str] = {}  # ip -> task name: a task keeps its address
-
-    def _ask(self, sock: socket.socket, name: str, qtype: int) -> list[tuple[int, object]]:
-        query_id = secrets.randbelow(1 << 16)
-        sock.sendto(encode_query(name, qtype, query_id), RESOLVER)
-        return decode_answers(sock.recv(4096), query_id)
 
     def _lookup(self) -> dict[str, str]:
         found: dict[str, str] = {}
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.settimeout(self.timeout_s)
+        with Resolver(self.server, self.timeout_s) as resolver:
             for service in self.services:
                 full = f"{self.stack}_{service}"
-                for _, ip in self._ask(sock, f"tasks.{full}", TYPE_A):
+                for ip in resolver.ask(f"tasks.{full}", TYPE_A):
                     if ip not in self._names:
-                        names = [v for t, v in self._ask(sock, reverse_name(ip), TYPE_PTR) if t == TYPE_PTR]
+                        names = resolver.ask(reverse_name(ip), TYPE_PTR)
                         if names:
                             self._names[ip] = names[0]
                     slot = slot_of(self._names.get(ip, ""), full)
@@ -123,26 +132,32 @@ class DnsAddresses:
         """The addresses of every task of the stack's `service` (e.g. the
         bootstrapper: one per node)."""
         def ask() -> list[str]:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-                sock.settimeout(self.timeout_s)
-                return sorted(ip for _, ip in self._ask(sock, f"tasks.{self.stack}_{service}", TYPE_A))
+            with Resolver(self.server, self.timeout_s) as resolver:
+                return sorted(resolver.ask(f"tasks.{self.stack}_{service}", TYPE_A))
         return self._in_namespace(ask)
 
-    def _in_namespace(self, ask):
+    def _in_namespace(self, ask: Callable[[], T]) -> T:
         """Run `ask` with its sockets made inside the bootstrapper's namespace,
         on a thread of its own (setns changes only the calling thread)."""
+        if self.pid is None:
+            return ask()
         from ..nsexec import CLONE_NEWNET, _libc
         result: list = []
         failure: list[BaseException] = []
 
         def body() -> None:
             try:
-                fd = os.open(f"/proc/{self.pid}/ns/net", os.O_RDONLY)
                 try:
-                    if _libc.setns(fd, CLONE_NEWNET) != 0:
-                        raise OSError(f"setns into the namespace of pid {self.pid}")
-                finally:
-                    os.close(fd)
+                    fd = os.open(f"/proc/{self.pid}/ns/net", os.O_RDONLY)
+                    try:
+                        if _libc.setns(fd, CLONE_NEWNET) != 0:
+                            code = ctypes.get_errno()
+                            raise OSError(code, os.strerror(code))
+                    finally:
+                        os.close(fd)
+                except OSError as error:  # the bootstrapper stopped: its namespace went with it
+                    raise DnsError(f"DNS: cannot enter the network namespace of pid {self.pid} "
+                                   f"(the bootstrapper): {error.strerror or error}") from None
                 result.append(ask())
             except BaseException as error:  # re-raised on the caller's thread
                 failure.append(error)
@@ -153,3 +168,29 @@ class DnsAddresses:
         if failure:
             raise failure[0]
         return result[0]
+
+
+class OutageReport:
+    """Calls something that may fail while Swarm tasks come and go, and says
+    so once per outage: the first failure, then nothing until it works again
+    (the run retries at every rescan, every 2 s: a line each time would bury
+    everything else it says)."""
+
+    def __init__(self, what: str, say: Callable[[str], None]):
+        self.what, self.say = what, say
+        self.failing = False
+
+    def attempt(self, call: Callable[[], T], fallback: T) -> T:
+        """`call()`, or `fallback` when it raises a DnsError."""
+        try:
+            value = call()
+        except DnsError as error:
+            if not self.failing:
+                self.say(f"warning: {self.what}: {error} (retried at every rescan; "
+                         "said again once it works)")
+            self.failing = True
+            return fallback
+        if self.failing:
+            self.say(f"{self.what}: works again")
+        self.failing = False
+        return value

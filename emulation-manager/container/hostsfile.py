@@ -8,16 +8,31 @@ a name means in a container what it means in local mode: `client` is the
 service's first instance, `client-2` its second.  The file is Docker's own
 (bind-mounted from the container's directory), reached through
 /proc/PID/root: rewritten in place, never replaced, and the lines outside
-the block are kept.
+the block are kept, byte for byte.
+
+Both files are the container's, so a hostile workload may have put a link,
+a FIFO, a device or a huge file there: they are opened through inroot.py,
+which never resolves a path outside the container's root and hands out
+only regular files.  Whatever it refuses is an OSError, as a container
+that stopped meanwhile is, and costs that container its names or its mark,
+never the run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+from typing import Iterator
+
+from .inroot import RefusedFile, create_new, open_regular, open_root
 
 # Written into a container once it is shaped and named: the generated
 # files make the workload image's commands wait for it (deploy/stack.py).
 SHAPED_MARK = "/tmp/collapsar-shaped"
+HOSTS = "/etc/hosts"
+# Docker's file holds a few lines; a megabyte is a container stuffing it.
+MAX_HOSTS_BYTES = 1 << 20
 BEGIN = "# collapsar: the experiment's instances (kept by the emulation manager)"
 END = "# collapsar: end"
 
@@ -38,16 +53,14 @@ def with_block(text: str, ip_of: dict[str, str]) -> str:
 
 def update(pid: int, ip_of: dict[str, str]) -> bool:
     """Rewrite the block in the /etc/hosts of the container whose main
-    process is `pid`; OSError when it is gone (the next scan sees that).
-    A process that shares this manager's root is no container: its
-    /etc/hosts is the host's, and is left alone (False)."""
-    if not _in_a_container(pid):
-        return False
-    with open(f"/proc/{pid}/root/etc/hosts", "r+") as handle:
-        new = with_block(handle.read(), ip_of)
-        handle.seek(0)
-        handle.write(new)
-        handle.truncate()
+    process is `pid`; OSError when it is gone (the next scan sees that) or
+    its file is refused (inroot.py).  A process that shares this manager's
+    root is no container: its /etc/hosts is the host's, and is left alone
+    (False)."""
+    with _container_root(pid) as root:
+        if root is None:
+            return False
+        rewrite_hosts(root, f"/proc/{pid}/root", ip_of)
     return True
 
 
@@ -55,13 +68,43 @@ def mark_shaped(pid: int) -> bool:
     """Tell the container whose main process is `pid` that its paths are
     shaped (a generated command waits for this); False for a process that is
     no container (see `update`)."""
-    if not _in_a_container(pid):
-        return False
-    with open(f"/proc/{pid}/root{SHAPED_MARK}", "w") as handle:
-        handle.write("shaped\n")
+    with _container_root(pid) as root:
+        if root is None:
+            return False
+        write_mark(root, f"/proc/{pid}/root")
     return True
 
 
-def _in_a_container(pid: int) -> bool:
-    root, ours = os.stat(f"/proc/{pid}/root"), os.stat("/")
-    return (root.st_dev, root.st_ino) != (ours.st_dev, ours.st_ino)
+def rewrite_hosts(root_fd: int, where: str, ip_of: dict[str, str]) -> None:
+    """`update` in the root open as `root_fd` (`where` names it in errors)."""
+    fd = open_regular(root_fd, HOSTS.lstrip("/"), os.O_RDWR, where, MAX_HOSTS_BYTES)
+    with open(fd, "r+b") as handle:
+        old = handle.read(MAX_HOSTS_BYTES + 1)
+        if len(old) > MAX_HOSTS_BYTES:  # it grew after it was checked
+            raise RefusedFile(errno.EFBIG, f"{where}{HOSTS} is more than {MAX_HOSTS_BYTES} bytes")
+        # surrogateescape: bytes outside the block that are no UTF-8 are the
+        # container's business, kept as they were, and never a crash.
+        new = with_block(old.decode("utf-8", "surrogateescape"), ip_of).encode("utf-8", "surrogateescape")
+        handle.seek(0)
+        handle.write(new)
+        handle.truncate()
+
+
+def write_mark(root_fd: int, where: str) -> None:
+    """`mark_shaped` in the root open as `root_fd`.  A mark already there is
+    left as it is: the command waits for the file, not for what it says."""
+    fd = create_new(root_fd, SHAPED_MARK.lstrip("/"), where)
+    if fd is not None:
+        with open(fd, "wb") as handle:
+            handle.write(b"shaped\n")
+
+
+@contextlib.contextmanager
+def _container_root(pid: int) -> Iterator[int | None]:
+    """The root of `pid`, open; None when it is this manager's own."""
+    root = open_root(pid)
+    try:
+        found, ours = os.fstat(root), os.stat("/")
+        yield root if (found.st_dev, found.st_ino) != (ours.st_dev, ours.st_ino) else None
+    finally:
+        os.close(root)

@@ -43,10 +43,10 @@ from ...model import Experiment
 from ..core import EmulationCore, needs_netem
 from ..experiment import all_instances, paths_from, service_of, timeline_paths
 from ..player import Player
-from ..status import StatusBoard, StatusServer
+from ..status import StatusBoard, StatusServer, paths_rows
 from ..topoview import topology_json
 from . import hostsfile, nsbind
-from .dnsaddr import DnsAddresses
+from .dnsaddr import DnsAddresses, OutageReport
 from .engine import DockerView, Seen
 from .meter import ContainerMeter
 
@@ -97,8 +97,13 @@ class ContainerRun:
         # None on one host, where the engine reports every container.
         self.remote_addresses: Callable[[], dict[str, str]] | None = None
         self.remote: dict[str, str] = {}
+        self._dns_outage = OutageReport("overlay DNS", self._say)
+        self._peers_outage = OutageReport("finding the other managers", self._say)
         self.names_writer: Callable[[int, dict[str, str]], object] = hostsfile.update
         self.shaped_marker: Callable[[int], object] = hostsfile.mark_shaped
+        # (instance, pid, file) already warned about: a container that keeps
+        # a file the manager refuses is said once, not at every rewrite.
+        self._file_warned: set[tuple[str, int, str]] = set()
 
     # ---- the Actuator the player drives --------------------------------------
 
@@ -145,12 +150,8 @@ class ContainerRun:
 
     def scan(self) -> None:
         seen = self.view.scan()
-        remote: dict[str, str] = {}
-        if self.remote_addresses is not None:
-            try:
-                remote = self.remote_addresses()
-            except (OSError, ValueError) as error:  # DNS timeouts while tasks come and go: next scan
-                self._say(f"warning: overlay DNS: {error}")
+        # While the overlay's DNS fails, the addresses it gave last still hold.
+        remote = self._dns_outage.attempt(self.remote_addresses, self.remote) if self.remote_addresses else {}
         with self.lock:
             self._reconcile(seen, remote)
 
@@ -203,16 +204,22 @@ class ContainerRun:
         for name in instances:
             try:
                 self.shaped_marker(self.shaped[name].seen.pid)
-            except OSError as error:  # stopped meanwhile, or a read-only root
-                self._say(f"warning: {name}: cannot mark it shaped: {error}")
+            except OSError as error:  # stopped meanwhile, a read-only root, or refused (hostsfile.py)
+                self._file_warning(name, "mark", f"cannot mark it shaped: {error}")
 
     def _write_names(self, instances) -> None:
         """Every instance's name in these containers' /etc/hosts (hostsfile.py)."""
         for name in instances:
             try:
                 self.names_writer(self.shaped[name].seen.pid, self.ip_of)
-            except OSError as error:  # it stopped meanwhile: the next scan sees that
-                self._say(f"warning: {name}: instance names not written to /etc/hosts: {error}")
+            except OSError as error:  # stopped meanwhile (the next scan sees that), or refused
+                self._file_warning(name, "hosts", f"instance names not written to /etc/hosts: {error}")
+
+    def _file_warning(self, name: str, file: str, line: str) -> None:
+        key = (name, self.shaped[name].seen.pid, file)
+        if key not in self._file_warned:
+            self._file_warned.add(key)
+            self._say(f"warning: {name}: {line}")
 
     def _shape(self, seen: Seen) -> None:
         netns = nsbind.bind(seen.container_id, seen.pid)
@@ -249,7 +256,7 @@ class ContainerRun:
 
     def run(self) -> int:
         self.tcal.check_kernel(need_netem=self.netem)
-        handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         # As in local mode: the timeline thread must get the GIL soon after
         # its deadline, whatever the scans and the events stream are doing.
         old_interval = sys.getswitchinterval()
@@ -329,10 +336,7 @@ class ContainerRun:
     def _share_peers(self) -> None:
         if self.find_peers is None:
             return
-        try:
-            self.sharing.add_peers(self.find_peers())
-        except (OSError, ValueError) as error:  # DNS timeouts while tasks come and go: next rescan
-            self._say(f"warning: finding the other managers: {error}")
+        self.sharing.add_peers(self._peers_outage.attempt(self.find_peers, []))
 
     def _share(self, rescanned: bool) -> None:
         if rescanned:
@@ -358,12 +362,9 @@ class ContainerRun:
         }
 
     def _paths_json(self) -> list[dict]:
-        with self.lock:
-            configured = {src: s.core.configured() for src, s in self.shaped.items()}
-        return [{"src": src, "dst": dst, "cut": path is None,
-                 **({} if path is None else {"delay_us": path.delay_us, "jitter_us": path.jitter_us,
-                                             "loss_ratio": path.loss_ratio, "rate_bps": path.rate_bps})}
-                for src, paths in configured.items() for dst, path in sorted(paths.items())]
+        with self.lock:  # copies made in C only: a step's preparation waits on this lock
+            configured = [(src, s.core.shaped.copy(), s.core.cut.copy()) for src, s in self.shaped.items()]
+        return paths_rows(configured)
 
     def _tear_down(self, server) -> None:
         """Every stage runs even when one fails; failures are reported."""

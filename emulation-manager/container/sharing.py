@@ -17,16 +17,28 @@ overlay's DNS.  No broadcast, no node count: a node that joins later is
 found at the next rescan.  The metadata never crosses a shaped interface:
 only the experiment's instances are shaped, and bootstrappers are not
 instances.
+
+The run's metadata key (share_key.py): on Swarm, the secret the stack grants
+the bootstrapper, read through /proc/PID/root of the bootstrapper's main
+process (this manager runs in the host's PID namespace), so the key is in
+no environment and no container other than the bootstrapper holds it; a
+bootstrapper without it (a stack from an older `collapsar generate`) leaves
+this node's managers to share among their own instances, and says so.  Compose
+has one manager, which makes a key in memory.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from ...deploy.naming import BOOTSTRAP_SERVICE, NETWORK
+from ...deploy.naming import BOOTSTRAP_SERVICE, METADATA_KEY_SECRET, NETWORK
 from ..share_bus import METADATA_PORT
+from ..share_key import KeyFileError, new_key, read_key_file
 from ..share_local import ManagerSharing
 from .dnsaddr import DnsAddresses
+
+# Where a node's manager finds the key: the bootstrapper's secret mount.
+SECRET_PATH = "/proc/{pid}/root/run/secrets/" + METADATA_KEY_SECRET
 
 
 class SwarmPeers:
@@ -44,22 +56,33 @@ def container_sharing(run, say: Callable[[str], None], *, bootstrapper: dict | N
     """The sharing of `run` (a ContainerRun); on Swarm `bootstrapper` is the
     engine's inspection of this node's bootstrapper container and `dns` asks
     in its namespace.  Returns it and, on Swarm, what finds the peers."""
-    listen, prefix, peers = None, (), None
+    listen, prefix, peers, key = None, (), None, None
     if bootstrapper is not None and dns is not None:
         own_ip = overlay_address(bootstrapper)
+        key = swarm_key(bootstrapper, say)
         if own_ip is None:
             say("warning: sharing: the bootstrapper has no address on the overlay; "
                 "this node's managers hear only each other")
-        else:
+        elif key is not None:
             listen = f"{own_ip}:{METADATA_PORT}"
             prefix = ("nsenter", f"--net=/proc/{bootstrapper['State']['Pid']}/ns/net", "--")
             peers = SwarmPeers(dns, own_ip)
     sharing = ManagerSharing(
         source=run.experiment.source, instances=run.instances, cores={}, netem=run.netem,
-        first_state=run.timeline.steps[0].state, lock=run.lock,
+        timeline=run.timeline, key=key or new_key(), lock=run.lock,
         aeron_dir=f"/dev/shm/collapsar-{run.options.experiment_id}-aeron", log_path=None, say=say,
         listen=listen, driver_prefix=prefix)
     return sharing, peers
+
+
+def swarm_key(bootstrapper: dict, say: Callable[[str], None]) -> bytes | None:
+    """The run's key from the bootstrapper's secret, or None (said why)."""
+    try:
+        return read_key_file(SECRET_PATH.format(pid=bootstrapper["State"]["Pid"]))
+    except KeyFileError as error:
+        say(f"warning: sharing: {error}; the stack grants no key to its bootstrapper (regenerate it with "
+            f"`collapsar generate --swarm`): this node's managers share among their own instances only")
+        return None
 
 
 def overlay_address(inspection: dict) -> str | None:

@@ -23,7 +23,8 @@ from collapsar.manager.metadata import Codec, FlowReport, Inbox, Message
 pytestmark = pytest.mark.timing  # waits for a lost driver to be noticed and replaced
 
 TAG = 0x5EED0006
-CODEC = Codec(TAG, 300)  # > 255 links: two-byte link ids on the wire
+KEY = b"test_aeron's run key, 32 bytes.."
+CODEC = Codec(TAG, 300, instances=3, key=KEY)  # > 255 links: two-byte link ids on the wire
 
 
 def message(sender, sequence):
@@ -77,7 +78,8 @@ ECHO = textwrap.dedent("""
     client = Client(aeron_dir, name="echo")
     inbound = client.add_subscription(ipc_channel(), 1001)
     outbound = client.add_publication(ipc_channel(), 1002)
-    inbox, codec, seen = Inbox(Codec(%d, 300)), Codec(%d, 300), []
+    codec = Codec(%d, 300, instances=3, key=%r)
+    inbox, seen = Inbox(codec), []
     deadline = time.monotonic() + 20
     while len(seen) < count and time.monotonic() < deadline:
         client.do_work()
@@ -90,7 +92,7 @@ ECHO = textwrap.dedent("""
         time.sleep(0.001)
     print(json.dumps({"seen": seen, "dropped": dict(inbox.dropped)}))
     client.close()
-""" % (TAG, TAG))
+""" % (TAG, KEY))
 
 
 def test_two_processes_exchange_metadata_over_ipc(drivers):

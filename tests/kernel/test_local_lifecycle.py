@@ -43,6 +43,13 @@ def get_json(port: int, route: str):
     return body if route == "/metrics" else json.loads(body)
 
 
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().rstrip("\0").split("\0")
+    except FileNotFoundError:
+        return []
+
+
 def journal_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
 
@@ -94,6 +101,7 @@ def test_cleanup_after_sigkill_removes_that_runs_leftovers_only(tmp_path):
     bystander = f"cxkeep{os.getpid()}"
     subprocess.run(["ip", "netns", "add", bystander], check=True)
     other = subprocess.Popen(["ip", "netns", "exec", bystander, "sleep", "60"])
+    run = None
     try:
         topology = write(tmp_path, "two.yaml", "experiment: {name: two}\nservices:\n"
                          "  a: {command: [sleep, '60']}\n  b: {command: [sleep, '60']}\n"
@@ -102,13 +110,21 @@ def test_cleanup_after_sigkill_removes_that_runs_leftovers_only(tmp_path):
         run.wait_line("all 2 instances up")
         run_id = run_id_of(run.lines)
         run_dir = tmp_path / "runs" / run_id
+        started = [r["pid"] for r in journal_of(run_dir) if r["kind"] == "process"]
+        deadline = time.monotonic() + 5.0  # until both are `sleep` itself, past ip's set-up
+        while not all(_cmdline(pid) == ["sleep", "60"] for pid in started) and time.monotonic() < deadline:
+            time.sleep(0.01)
         run.proc.kill()
         run.proc.wait()
         plan = read_json(run_dir / "plan.json")
         made_ns = {i["netns"] for i in plan["instances"]}
         pids = [r["pid"] for r in journal_of(run_dir) if r["kind"] == "process"]
         assert made_ns <= host_snapshot()["netns"] and len(pids) == 2
-        assert all(pid_alive(pid) for pid in pids)  # the commands outlive their manager
+        # The commands die with their manager (parent-death signal), at once.
+        deadline = time.monotonic() + 2.0
+        while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not any(pid_alive(pid) for pid in pids)
 
         cleanup = subprocess.run([*CLI, "cleanup", run_id], capture_output=True, text=True)
         assert cleanup.returncode == 0, cleanup.stderr
@@ -127,9 +143,43 @@ def test_cleanup_after_sigkill_removes_that_runs_leftovers_only(tmp_path):
         unknown = subprocess.run([*CLI, "cleanup", run_id], capture_output=True, text=True)
         assert unknown.returncode == 1 and f"cleanup {run_id}: no such run" in unknown.stderr
     finally:
+        if run is not None:
+            run.kill()  # a failed assertion above must not leave the run behind
         other.kill()
         other.wait()
         subprocess.run(["ip", "netns", "del", bystander], check=False)
+
+
+TERM_TRAP = "trap 'echo got TERM; exit 7' TERM; while :; do sleep 0.05; done"
+
+
+def test_sighup_tears_down_and_joined_commands_get_their_grace(tmp_path):
+    """SIGHUP (a closed terminal) ends a run like SIGTERM.  A command that
+    joined through the timeline still gets SIGTERM and its grace at the end:
+    it is not killed when the timeline's thread ends (its parent-death signal
+    follows the thread that forked it, see supervisor.py)."""
+    topology = write(tmp_path, "hup.yaml", "experiment: {name: hup}\nservices:\n"
+                     f"  a: {{command: [sh, -c, \"{TERM_TRAP}\"]}}\n"
+                     f"  b: {{command: [sh, -c, \"{TERM_TRAP}\"], replicas: 0}}\n"
+                     "links:\n  - {from: a, to: b, bandwidth: 10Mbps}\n"
+                     "events:\n  - {at: 200ms, service: b, action: join}\n")
+    run = Cli("run", topology, "--run-dir", str(tmp_path / "runs"), "--grace", "3s")
+    try:
+        run.wait_line("all 1 instances up")
+        run_dir = tmp_path / "runs" / run_id_of(run.lines)
+        deadline = time.monotonic() + 10
+        while sum(r["kind"] == "process" for r in journal_of(run_dir)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        run.proc.send_signal(signal.SIGHUP)
+        code, lines, stderr = run.finish(30)
+    finally:
+        run.kill()
+    assert code == 0, stderr
+    assert "stopping: SIGHUP" in lines
+    exits = {i["name"]: i["exit_code"] for i in read_json(run_dir / "instances.json")}
+    assert exits == {"a": 7, "b": 7}  # each ran its TERM trap: stopped, not killed
+    assert (run_dir / "logs").is_dir()
+    assert not {i["netns"] for i in read_json(run_dir / "plan.json")["instances"]} & host_snapshot()["netns"]
 
 
 @pytest.mark.parametrize("text, code, message", [

@@ -79,8 +79,10 @@ class Cli:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-            if any(line.startswith("run ") for line in self.lines):
-                subprocess.run([*CLI, "cleanup", run_id_of(self.lines)], capture_output=True)
+        # Also after a kill of the test's own: a run that ended well is no
+        # longer in the state directory, and cleanup then changes nothing.
+        if any(line.startswith("run ") for line in self.lines):
+            subprocess.run([*CLI, "cleanup", run_id_of(self.lines)], capture_output=True)
 
 
 def run_id_of(lines: list[str]) -> str:

@@ -119,12 +119,16 @@ def test_swarm_stack_is_exactly_this(topology):
         "volumes": ["/var/run/docker.sock:/var/run/docker.sock"],
         "labels": LABELS("bootstrapper"),
         "networks": ["collapsar"],
+        # The metadata key, to the bootstrapper alone (0o400 = 256).
+        "secrets": [{"source": "collapsar-metadata-key", "target": "collapsar-metadata-key", "mode": 256}],
         "deploy": {"mode": "global", "endpoint_mode": "dnsrr", "labels": LABELS("bootstrapper"),
                    "restart_policy": {"condition": "on-failure"}},
     }
     assert doc["networks"] == {"collapsar": {
         "driver": "overlay", "attachable": True, "labels": {"org.collapsar.experiment": EXP_ID},
         "ipam": {"config": [{"subnet": "10.201.0.0/25"}]}}}
+    assert doc["secrets"] == {"collapsar-metadata-key": {"file": f"./{EXP_ID}.metadata-key"}}
+    assert [name for name, spec in doc["services"].items() if "secrets" in spec] == ["collapsar-bootstrap"]
 
 
 def test_compose_file_is_exactly_this(topology):
@@ -227,6 +231,13 @@ def test_cli_writes_the_file_and_needs_a_mode(topology, tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
     assert yaml.safe_load(out.read_text())["services"]["client"]["deploy"]["replicas"] == 2
+    # The stack's secret, beside it: a fresh 32-byte key, readable by its owner only.
+    key_file = tmp_path / f"{EXP_ID}.metadata-key"
+    first = key_file.read_text()
+    assert len(bytes.fromhex(first.strip())) == 32 and os.stat(key_file).st_mode & 0o777 == 0o600
+    subprocess.run([sys.executable, "-m", "collapsar.cli", "generate", topology, "--swarm", "-o", "-"],
+                   capture_output=True, text=True, timeout=60, cwd=tmp_path, check=True)
+    assert key_file.read_text() != first  # `-o -`: in the current directory, as `docker stack deploy -c -` reads
     done = subprocess.run([sys.executable, "-m", "collapsar.cli", "generate", topology, "-o", str(out)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2

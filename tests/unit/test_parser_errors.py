@@ -207,6 +207,25 @@ CASES = [
     ("direction", link("{from: s1, to: s2, direction: oneway}"), [
         "t.yaml:8: link s1 -> s2: direction: expected both or one-way, got 'oneway' (did you "
         "mean 'one-way'?)"]),
+    ("rate above what the metadata carries", link("{from: db, to: s2, bandwidth: 5Tbps}"), [
+        "t.yaml:8: link db -> s2: bandwidth: expected a rate up to 4Tbps, got '5Tbps'"]),
+    ("latency above an hour", link("{from: db, to: s2, latency: 61m, jitter: 2h}"), [
+        "t.yaml:8: link db -> s2: latency: expected at most 1h per link, got '61m'",
+        "t.yaml:8: link db -> s2: jitter: expected at most 1h per link, got '2h'"]),
+    ("NUL in a command, env and workdir",
+     'services:\n  web: {command: ["a\\0b"], env: {X: "1\\0"}, workdir: "/t\\0"}\nbridges: [s]\n'
+     "links: [{from: web, to: s}]\n", [
+        "t.yaml:2: service web: command[0]: a NUL character (\\0) is not allowed, got 'a\\x00b'",
+        "t.yaml:2: service web: workdir: a NUL character (\\0) is not allowed, got '/t\\x00'",
+        "t.yaml:2: service web: env: X: a NUL character (\\0) is not allowed, got '1\\x00'"]),
+    ("NUL in a command line", 'services:\n  web: {command: "run \\0me"}\nbridges: [s]\nlinks: [{from: web, to: s}]\n', [
+        "t.yaml:2: service web: command: a NUL character (\\0) is not allowed, got 'run \\x00me'"]),
+    ("too many instances in all",
+     "services:\n  a: {command: [x], replicas: 6000}\n  b: {command: [x], replicas: 3000}\nbridges: [s]\n"
+     "links: [{from: a, to: s}, {from: b, to: s}]\n"
+     "events: [{at: 1s, service: b, action: join, amount: 1001}, {at: 2s, service: b, action: join, amount: 1}]\n", [
+        "t.yaml:1: services: 10002 instances in all (9000 at the start, 1002 joining later), more than the "
+        "10000 an experiment may have"]),
 ]
 
 
@@ -344,6 +363,10 @@ EVENT_CASES = [
         "t.yaml:11: link web -> s1: flap: would change the link 3595000000 times; at most "
         "10000 (make every longer)",
         "t.yaml:12: link web -> s1: flap: missing 'until'"]),
+    ("aliased flaps expand past the cap", "x-f: &f {at: 1s, link: [web, s1], flap: {every: 1ms, until: 10s}}\n"
+     + event(*["*f"] * 12), [
+        "t.yaml:1: events: expand to more than 100000 changes here (each flap change and each repeat "
+        "through a YAML alias counts); make flap intervals longer or the timeline shorter"]),
     ("flap over a leave", event("{at: 1s, link: [web, s1], flap: {every: 1s, until: 5s}}",
                                 "{at: 2s, link: [web, s1], action: leave}"), [
         "t.yaml:9: link web -> s1: flap: cannot leave at 3s: the link already left at 2s"]),

@@ -114,7 +114,7 @@ def experiments(draw):
             link["bandwidth"] = f"{draw(st.integers(1, 10**10))}bps"
         elif rates == "split":
             link["up"] = f"{draw(st.integers(1, 10**10))}bps"
-            link["down"] = f"{draw(st.integers(1, 10**10))}Kbps"
+            link["down"] = f"{draw(st.integers(1, 4 * 10**9))}Kbps"  # up to MAX_RATE_BPS
         elif rates == "one-way":
             link["direction"] = "one-way"
         links.append(link)

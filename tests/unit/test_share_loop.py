@@ -9,6 +9,7 @@ from collapsar.manager.core import EmulationCore, Override
 from collapsar.manager.experiment import all_instances, paths_from
 from collapsar.manager.metadata import Codec, FlowReport, Message
 from collapsar.manager.share_bus import MetadataBus
+from collapsar.manager.share_routes import Routes
 from collapsar.manager.share_loop import ShareLoop, ShareSettings
 from collapsar.parser import parse_text
 from collapsar.tcal.plan import Shaping
@@ -56,7 +57,7 @@ class Plant:
             core = EmulationCore(name, "eth0", "ns", ips, FakeTree, Shaping, netem=netem, wire_overhead=True)
             core.install(paths_from(state, name, self.instances))
             self.cores[name] = core
-        self.codec = Codec(7, max(state.links) + 1)
+        self.codec = Codec(7, max(state.links) + 1, instances=len(self.instances), key=b"k" * 32)
         self.sender_ids = {n: i for i, n in enumerate(self.instances)}
         self.wants: dict[tuple[str, str], float] = {}
         self.sent: dict[tuple[str, str], int] = {}
@@ -84,7 +85,8 @@ class Plant:
         # The expected sequences below are worked out for these two.
         settings = {"window_periods": 2, "saturated_ratio": 0.8, **settings}
         owned = self.instances if owned is None else owned
-        bus = MetadataBus(self.codec, {n: self.sender_ids[n] for n in owned}, wire)
+        bus = MetadataBus(self.codec, {n: self.sender_ids[n] for n in owned}, wire,
+                          routes=Routes(self.timeline, self.instances))
         return ShareLoop(owned, self.cores, bus, netem=True, settings=ShareSettings(**settings))
 
     def run(self, loop, periods, owned=None):

@@ -59,10 +59,11 @@ class Node:
 
 @pytest.fixture
 def start_node(binaries, tmp_path):
-    """start_node(*args, udp=False) -> Node bound to 127.0.0.1 on a free port."""
+    """start_node(*args, storage=True, env=None) -> Node bound to 127.0.0.1 on a free port;
+    storage=False leaves the node its default storage file, env adds to its environment."""
     nodes = []
 
-    def start(*args, udp=False, storage=True):
+    def start(*args, udp=False, storage=True, env=None):
         index = len(nodes)
         log_path = tmp_path / f"node{index}.log"
         cmd = [str(binaries["node"]), "-b", "127.0.0.1:0"]
@@ -70,7 +71,7 @@ def start_node(binaries, tmp_path):
             cmd += ["-s", str(tmp_path / f"node{index}.storage")]
         cmd += list(args)
         with open(log_path, "w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=sanitizer_env())
+            proc = subprocess.Popen(cmd, stdout=log, stderr=log, env={**sanitizer_env(), **(env or {})})
         deadline = time.monotonic() + 10
         ports = {}
         while time.monotonic() < deadline and "tcp" not in ports:

@@ -26,12 +26,16 @@ def chain(*ops):
     return struct.pack(">H", len(ops)) + b"".join(ops)
 
 
-def op_forward(targets, nack, timeout_us=1_000_000, retries=0):
-    """targets: list of (port, sub_chain_bytes) on 127.0.0.1/TCP."""
+TCP, UDP = 1, 2
+
+
+def op_forward(targets, nack, timeout_us=1_000_000, retries=0, pad=0, reply_len=0, proto=TCP):
+    """targets: list of (port, sub_chain_bytes) on 127.0.0.1; every target gets
+    pad bytes of request padding and asks for a reply_len reply."""
     body = struct.pack(">IBBBB", timeout_us, retries, nack, len(targets), 0)
     for port, sub in targets:
         addr = socket.inet_aton("127.0.0.1") + bytes(12)
-        body += struct.pack(">BBH16sIII", 1, 4, port, addr, 0, 0, len(sub)) + sub
+        body += struct.pack(">BBH16sIII", proto, 4, port, addr, pad, reply_len, len(sub)) + sub
     return struct.pack(">BBH", FORWARD, 0, len(body)) + body
 
 

@@ -1,5 +1,7 @@
 /* conn: a worker's connections: registration in its poller, deferred
- * close, buffered sends. */
+ * close, buffered sends, and backpressure: a client connection that holds
+ * --max-backlog bytes (unsent replies, unfinished requests) is not read
+ * until it drains, so a client that never reads cannot grow the node. */
 #include "node.h"
 
 #include <errno.h>
@@ -19,7 +21,21 @@ void wl_buf_trim(struct wl_buf *b)
 		b->off = b->len = 0;
 }
 
-struct wl_conn *wl_conn_new(struct wl_worker *w, enum wl_conn_kind kind, int fd, uint32_t events)
+/* A client connection over --max-conns is refused (the caller closes it):
+ * a flood of connections meets a counted cap, not EMFILE. */
+bool wl_conn_admit(struct wl_worker *w)
+{
+	struct wl_node *node = w->node;
+	if ((uint64_t)__atomic_add_fetch(&node->nconns, 1, __ATOMIC_RELAXED) <= node->cfg.max_conns)
+		return true;
+	__atomic_fetch_sub(&node->nconns, 1, __ATOMIC_RELAXED);
+	WL_COUNT(w, over_conns, 1);
+	return false;
+}
+
+void wl_conn_unadmit(struct wl_node *node) { __atomic_fetch_sub(&node->nconns, 1, __ATOMIC_RELAXED); }
+
+static struct wl_conn *conn_alloc(struct wl_worker *w, enum wl_conn_kind kind, int fd, uint32_t events)
 {
 	struct wl_conn *c = calloc(1, sizeof(*c));
 	if (!c) {
@@ -29,6 +45,7 @@ struct wl_conn *wl_conn_new(struct wl_worker *w, enum wl_conn_kind kind, int fd,
 	c->kind = kind;
 	c->fd = fd;
 	c->w = w;
+	c->events = events;
 	if (w->nfree) {
 		c->slot = w->free_slots[--w->nfree];
 	} else {
@@ -54,6 +71,14 @@ struct wl_conn *wl_conn_new(struct wl_worker *w, enum wl_conn_kind kind, int fd,
 	return c;
 }
 
+struct wl_conn *wl_conn_new(struct wl_worker *w, enum wl_conn_kind kind, int fd, uint32_t events)
+{
+	struct wl_conn *c = conn_alloc(w, kind, fd, events);
+	if (!c && kind == WL_CONN_IN)
+		wl_conn_unadmit(w->node);
+	return c;
+}
+
 /* Closing is deferred to the end of the loop pass: later events of the same
  * pass may still point at this connection. */
 void wl_conn_kill(struct wl_conn *c)
@@ -75,8 +100,10 @@ void wl_conn_kill(struct wl_conn *c)
 			c->backlogged = false;
 		}
 	}
-	if (c->kind == WL_CONN_IN)
+	if (c->kind == WL_CONN_IN) {
 		WL_COUNT(w, closed, 1);
+		wl_conn_unadmit(w->node);
+	}
 	if (c->kind == WL_CONN_OUT)
 		wl_fwd_conn_failed(c);
 	c->next_dead = w->dead;
@@ -89,15 +116,31 @@ void wl_conn_reap(struct wl_worker *w)
 		struct wl_conn *c = w->dead;
 		w->dead = c->next_dead;
 		wl_buf_free(&c->in);
-		wl_buf_free(&c->out);
+		wl_outq_free(&c->out);
 		free(c);
 	}
 }
 
+/* A stalled or half-closed client connection is not read; an outbound one
+ * always is (replies free the node's pending forwards). */
+static int set_interest(struct wl_conn *c)
+{
+	bool read = c->kind != WL_CONN_IN || !(c->stalled || c->eof);
+	uint32_t ev = (read ? WL_EV_IN : 0) | (c->want_out ? WL_EV_OUT : 0);
+	if (ev == c->events)
+		return 0;
+	if (wl_poller_mod(&c->w->poller, c->fd, ev, c) < 0) {
+		wl_conn_kill(c);
+		return -1;
+	}
+	c->events = ev;
+	return 0;
+}
+
 int wl_conn_flush(struct wl_conn *c)
 {
-	while (wl_buf_avail(&c->out) > 0 && !c->connecting) {
-		ssize_t n = send(c->fd, wl_buf_head(&c->out), wl_buf_avail(&c->out), MSG_NOSIGNAL);
+	while (!wl_outq_empty(&c->out) && !c->connecting) {
+		ssize_t n = wl_outq_send(&c->out, c->fd);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -109,21 +152,77 @@ int wl_conn_flush(struct wl_conn *c)
 			return -1;
 		}
 		WL_COUNT(c->w, bytes_out, (uint64_t)n);
-		c->out.off += (size_t)n;
 	}
-	if (wl_buf_avail(&c->out) == 0)
-		wl_buf_trim(&c->out);
-	else if (c->out.off >= c->out.len / 2)
-		wl_buf_compact(&c->out); /* between whole messages: the only safe place (see wire.c grow) */
-	bool want = wl_buf_avail(&c->out) > 0 || c->connecting;
-	if (want != c->want_out) {
-		c->want_out = want;
-		if (wl_poller_mod(&c->w->poller, c->fd, WL_EV_IN | (want ? WL_EV_OUT : 0), c) < 0) {
-			wl_conn_kill(c);
-			return -1;
-		}
+	wl_outq_trim(&c->out); /* between whole messages: the only safe place (see wire.c grow) */
+	c->want_out = !wl_outq_empty(&c->out) || c->connecting;
+	if (set_interest(c) < 0)
+		return -1;
+	wl_conn_progress(c);
+	return c->dead ? -1 : 0;
+}
+
+void wl_conn_put_reply(struct wl_conn *c, uint64_t id, const uint8_t trace_id[16], uint8_t status, uint32_t reply_len)
+{
+	struct wl_buf *b = &c->out.data;
+	size_t at = wl_put_hdr(b, WL_MSG_REPLY, id, trace_id, NULL);
+	wl_put_u8(b, status);
+	wl_put_zeros(b, 3);
+	uint32_t total = reply_len > WL_REPLY_MIN ? reply_len : WL_REPLY_MIN;
+	wl_patch_u32(b, at + 8, total);
+	wl_outq_zeros(&c->out, total - WL_REPLY_MIN);
+}
+
+bool wl_conn_full(const struct wl_conn *c)
+{
+	return wl_outq_mem(&c->out) + c->held >= c->w->node->cfg.max_backlog_bytes;
+}
+
+void wl_conn_stall(struct wl_conn *c)
+{
+	if (c->stalled)
+		return;
+	c->stalled = true;
+	WL_COUNT(c->w, paused, 1);
+	set_interest(c);
+}
+
+void wl_conn_set_eof(struct wl_conn *c)
+{
+	c->eof = true;
+	if (set_interest(c) == 0)
+		wl_conn_progress(c);
+}
+
+/* Does in hold a message the connection has yet to deal with? A bad header
+ * counts: draining it is what closes the connection. */
+static bool has_message(const struct wl_conn *c)
+{
+	struct wl_hdr hdr;
+	const char *why;
+	if (c->skip || wl_buf_avail(&c->in) < WL_HDR_LEN)
+		return false;
+	if (wl_decode_hdr(wl_buf_head(&c->in), wl_buf_avail(&c->in), &hdr, &why) < 0)
+		return true;
+	return wl_buf_avail(&c->in) >= hdr.len || hdr.len > c->w->node->cfg.max_request_bytes;
+}
+
+void wl_conn_progress(struct wl_conn *c)
+{
+	if (c->dead || c->kind != WL_CONN_IN)
+		return;
+	if (c->stalled && !wl_conn_full(c)) {
+		c->stalled = false;
+		if (set_interest(c) < 0)
+			return;
+		if (wl_buf_avail(&c->in) > 0)
+			wl_worker_backlog_add(c); /* requests read before the stall go first */
 	}
-	return 0;
+	if (c->eof && !c->stalled && !c->backlogged && c->held == 0 && wl_outq_empty(&c->out) && !has_message(c)) {
+		/* everything received has been answered; what is left is part of a message */
+		if (wl_buf_avail(&c->in) > 0 || c->skip)
+			WL_COUNT(c->w, truncated, 1);
+		wl_conn_kill(c);
+	}
 }
 
 

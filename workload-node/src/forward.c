@@ -3,7 +3,11 @@
  * send is a pending slot with a deadline; a reply, a timeout or a broken
  * connection settles it, with retries before a target counts as failed.
  * Settling is only done from the worker loop (reply parse or sweep), never
- * from inside wl_fwd_start, so a job is never freed under its own feet. */
+ * from inside wl_fwd_start, so a job is never freed under its own feet.
+ * Outbound connections are bounded: at most --max-fwd-conns per worker (the
+ * least recently used idle one makes room), closed after --fwd-idle without
+ * a pending forward, and a target that does not read gets no more than
+ * --max-backlog bytes queued before forwards to it fail. */
 #include "node.h"
 #include "trace.h"
 
@@ -14,6 +18,29 @@
 
 #define NO_PENDING UINT32_MAX
 
+/* c has no forward pending: make sure the idle sweep looks at it in time. */
+static void note_idle(struct wl_worker *w, const struct wl_conn *c)
+{
+	uint64_t at = c->last_used_ns + w->node->cfg.fwd_idle_ns;
+	if (at < w->idle_check_ns)
+		w->idle_check_ns = at;
+}
+
+/* Make room for one more outbound connection: close the least recently
+ * used one that has no forward pending; false if every one is busy. */
+static bool evict_idle(struct wl_worker *w)
+{
+	struct wl_conn *lru = NULL;
+	for (size_t i = 0; i < w->nouts; i++)
+		if (w->outs[i]->npend == 0 && (!lru || w->outs[i]->last_used_ns < lru->last_used_ns))
+			lru = w->outs[i];
+	if (!lru)
+		return false;
+	WL_COUNT(w, fwd_closed, 1);
+	wl_conn_kill(lru); /* drops it from outs */
+	return true;
+}
+
 static struct wl_conn *outbound(struct wl_worker *w, const struct wl_target *t)
 {
 	struct wl_addr a;
@@ -22,6 +49,10 @@ static struct wl_conn *outbound(struct wl_worker *w, const struct wl_target *t)
 		struct wl_conn *c = w->outs[i];
 		if (c->peer.proto == a.proto && c->peer.salen == a.salen && !memcmp(&c->peer.sa, &a.sa, a.salen))
 			return c;
+	}
+	if (w->nouts >= w->node->cfg.max_fwd_conns && !evict_idle(w)) {
+		WL_COUNT(w, over_fwd_conns, 1);
+		return NULL;
 	}
 	if (wl_grow(&w->outs, &w->outs_cap, w->nouts, sizeof(*w->outs), 8) < 0) {
 		wl_err("worker %d: out of memory for outbound connections", w->index);
@@ -38,7 +69,9 @@ static struct wl_conn *outbound(struct wl_worker *w, const struct wl_target *t)
 	c->peer = a;
 	c->connecting = a.proto == WL_PROTO_TCP;
 	c->want_out = true;
+	c->last_used_ns = wl_now_ns();
 	w->outs[w->nouts++] = c;
+	note_idle(w, c);
 	return c;
 }
 
@@ -56,6 +89,53 @@ static uint32_t pend_alloc(struct wl_worker *w)
 	memset(w->pend + slot, 0, (cap - slot) * sizeof(*w->pend));
 	w->pend_cap = (uint32_t)cap;
 	return slot;
+}
+
+/* UDP: one datagram per request, padding included, sent now; loss shows up as a timeout. */
+static int send_datagram(struct wl_worker *w, struct wl_conn *c, const struct wl_target *t, uint64_t id,
+			 const uint8_t *trace_id, const uint8_t *span)
+{
+	if ((uint64_t)WL_HDR_LEN + 4 + t->chain_len + t->pad_len > 65507)
+		return -1; /* cannot be one datagram */
+	struct wl_buf b = {0};
+	size_t at = wl_put_hdr(&b, WL_MSG_REQUEST, id, trace_id, span);
+	wl_put_u32(&b, t->reply_len);
+	wl_put_bytes(&b, t->chain, t->chain_len);
+	wl_put_zeros(&b, t->pad_len);
+	wl_finish_msg(&b, at);
+	int rc = 0;
+	if (wl_enc_ok(&b) < 0)
+		rc = wl_err("worker %d: out of memory forwarding to %s", w->index, c->peer.text);
+	else if (send(c->fd, b.data, b.len, 0) < 0 && errno != ECONNREFUSED)
+		wl_err("worker %d: udp forward to %s: %s", w->index, c->peer.text, strerror(errno));
+	wl_buf_free(&b);
+	return rc;
+}
+
+/* TCP: the request goes into the connection's queue; its padding is not stored. */
+static int queue_request(struct wl_worker *w, struct wl_conn *c, const struct wl_target *t, uint64_t id,
+			 const uint8_t *trace_id, const uint8_t *span)
+{
+	struct wl_buf *b = &c->out.data;
+	size_t at = wl_put_hdr(b, WL_MSG_REQUEST, id, trace_id, span);
+	wl_put_u32(b, t->reply_len);
+	wl_put_bytes(b, t->chain, t->chain_len);
+	wl_patch_u32(b, at + 8, (uint32_t)(WL_HDR_LEN + 4 + t->chain_len + t->pad_len)); /* within --max-request */
+	wl_outq_zeros(&c->out, t->pad_len);
+	if (wl_enc_ok(b) < 0) { /* out of memory: fail this connection's forwards */
+		wl_err("worker %d: out of memory forwarding to %s", w->index, c->peer.text);
+		wl_conn_kill(c);
+		return -1;
+	}
+	wl_conn_flush(c);
+	return 0;
+}
+
+/* A pending forward that failed before it was sent: settled as ERR in the sweep. */
+static void fail_now(struct wl_pending *p)
+{
+	p->failed = true;
+	p->deadline_ns = 0;
 }
 
 static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
@@ -84,32 +164,26 @@ static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
 	WL_COUNT(w, forwards, 1);
 	struct wl_conn *c = outbound(w, &t);
 	if (!c) {
-		p->failed = true; /* e.g. connection refused at once: settle as ERR in the sweep */
-		p->deadline_ns = 0;
+		fail_now(p); /* e.g. connection refused at once */
+		return;
+	}
+	if (wl_outq_mem(&c->out) >= w->node->cfg.max_backlog_bytes) {
+		WL_COUNT(w, over_backlog, 1); /* the target does not read what it was sent */
+		fail_now(p);
 		return;
 	}
 	p->conn = c;
+	c->npend++;
+	c->last_used_ns = wl_now_ns();
 	/* id = generation (high 32 bits) | slot: a late reply to a reused slot is ignored. */
-	struct wl_buf *b = &c->out;
-	size_t at = wl_put_hdr(b, WL_MSG_REQUEST, (uint64_t)p->gen << 32 | slot, j->trace_id,
-			       w->trace ? p->span_id : j->span_id);
-	wl_put_u32(b, t.reply_len);
-	wl_put_bytes(b, t.chain, t.chain_len);
-	wl_put_zeros(b, t.pad_len);
-	wl_finish_msg(b, at);
-	if (wl_enc_ok(b) < 0) { /* out of memory: fail this connection's forwards */
-		wl_err("worker %d: out of memory forwarding to %s", w->index, c->peer.text);
-		wl_conn_kill(c);
-		return;
-	}
+	uint64_t id = (uint64_t)p->gen << 32 | slot;
+	const uint8_t *span = w->trace ? p->span_id : j->span_id;
 	if (c->peer.proto == WL_PROTO_UDP) {
-		/* UDP: one datagram per request, sent now; loss shows up as a timeout. */
-		if (send(c->fd, wl_buf_head(b), wl_buf_avail(b), 0) < 0 && errno != ECONNREFUSED)
-			wl_err("worker %d: udp forward to %s: %s", w->index, c->peer.text, strerror(errno));
-		b->off = b->len = 0;
+		if (send_datagram(w, c, &t, id, j->trace_id, span) < 0)
+			fail_now(p);
 		return;
 	}
-	wl_conn_flush(c);
+	queue_request(w, c, &t, id, j->trace_id, span);
 }
 
 void wl_fwd_start(struct wl_job *j)
@@ -124,6 +198,12 @@ void wl_fwd_start(struct wl_job *j)
 static void release(struct wl_worker *w, uint32_t slot)
 {
 	struct wl_pending *p = &w->pend[slot];
+	if (p->conn) {
+		p->conn->last_used_ns = wl_now_ns();
+		if (--p->conn->npend == 0)
+			note_idle(w, p->conn);
+		p->conn = NULL;
+	}
 	p->job->pending[p->target] = NO_PENDING;
 	p->job->npending--;
 	p->in_use = false;
@@ -222,15 +302,42 @@ void wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns)
 	}
 }
 
+/* When the first outbound connection without pending forwards turns idle. */
+static uint64_t next_idle(struct wl_worker *w)
+{
+	uint64_t first = UINT64_MAX;
+	for (size_t i = 0; i < w->nouts; i++)
+		if (w->outs[i]->npend == 0 && w->outs[i]->last_used_ns + w->node->cfg.fwd_idle_ns < first)
+			first = w->outs[i]->last_used_ns + w->node->cfg.fwd_idle_ns;
+	return first;
+}
+
+void wl_fwd_close_idle(struct wl_worker *w, uint64_t now_ns)
+{
+	if (now_ns < w->idle_check_ns)
+		return;
+	for (size_t i = 0; i < w->nouts;) {
+		struct wl_conn *c = w->outs[i];
+		if (c->npend == 0 && c->last_used_ns + w->node->cfg.fwd_idle_ns <= now_ns) {
+			WL_COUNT(w, fwd_closed, 1);
+			wl_conn_kill(c); /* moves the last one into slot i */
+			continue;
+		}
+		i++;
+	}
+	w->idle_check_ns = next_idle(w);
+}
+
 int wl_fwd_timeout_ms(struct wl_worker *w, uint64_t now_ns)
 {
-	if (!w->pend_inuse)
-		return -1;
-	uint64_t first = UINT64_MAX;
-	for (uint32_t s = 0; s < w->pend_cap; s++)
+	uint64_t first = w->nouts ? next_idle(w) : UINT64_MAX;
+	for (uint32_t s = 0; w->pend_inuse && s < w->pend_cap; s++)
 		if (w->pend[s].in_use && w->pend[s].deadline_ns < first)
 			first = w->pend[s].deadline_ns;
+	if (first == UINT64_MAX)
+		return -1;
 	if (first <= now_ns)
 		return 0;
-	return (int)((first - now_ns + 999999) / 1000000);
+	uint64_t ms = (first - now_ns + 999999) / 1000000;
+	return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }

@@ -29,7 +29,8 @@ static const char usage[] =
 	"      --pm MODE            poll mode: epoll (default) | poll | select\n"
 	"      --backlog N          listen backlog (default 1024)\n"
 	"      --no-delay 0|1       TCP_NODELAY on accepted and forward sockets (default 1)\n"
-	"  -s, --storage PATH       storage file (default /tmp/wl-node.storage)\n"
+	"  -s, --storage PATH       storage file, never a symlink (default: $TMPDIR/wl-node-UID/PID.storage,\n"
+	"                           private to this node and removed when it exits)\n"
 	"  -m, --max-storage-size B offsets wrap at this size (default 1g)\n"
 	"      --odirect            open the storage file with O_DIRECT\n"
 	"      --sync PERIOD        periodic fsync period for psync stores (default 100ms)\n"
@@ -37,7 +38,8 @@ static const char usage[] =
 	"      --busy-poll          workers poll without sleeping (lower latency, a full core each)\n"
 	"      --busy-poll-for TIME poll up to TIME after the last event before blocking\n"
 	"      --idle-poll          keep every CPU out of its idle state with a lowest-priority spinner\n"
-	"                           (idle=poll from user space: cheaper wake-ups, CPUs shown 100% busy)\n";
+	"                           (idle=poll from user space: cheaper wake-ups, CPUs shown 100% busy)\n"
+	"caps (a request over one is answered ERR and counted):\n";
 
 static int parse_mode(const char *arg, const char *const *names, int n, const char *what)
 {
@@ -49,7 +51,7 @@ static int parse_mode(const char *arg, const char *const *names, int n, const ch
 
 static int parse_args(int argc, char **argv, struct wl_node_cfg *cfg)
 {
-	static const struct option opts[] = {
+	static const struct option fixed[] = {
 		{"bind-addr", required_argument, 0, 'b'}, {"nt", required_argument, 0, 't'},
 		{"num-threads", required_argument, 0, 't'}, {"cpus", required_argument, 0, 'c'},
 		{"sched", required_argument, 0, 'P'}, {"am", required_argument, 0, 'A'},
@@ -59,8 +61,13 @@ static int parse_args(int argc, char **argv, struct wl_node_cfg *cfg)
 		{"max-storage-size", required_argument, 0, 'm'}, {"odirect", no_argument, 0, 'O'},
 		{"sync", required_argument, 0, 'S'}, {"trace", required_argument, 0, 'T'},
 		{"busy-poll", no_argument, 0, 'Y'}, {"busy-poll-for", required_argument, 0, 'W'},
-		{"idle-poll", no_argument, 0, 'I'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+		{"idle-poll", no_argument, 0, 'I'}, {"help", no_argument, 0, 'h'},
 	};
+	struct option opts[sizeof(fixed) / sizeof(fixed[0]) + 16];
+	size_t nopts = sizeof(fixed) / sizeof(fixed[0]);
+	memcpy(opts, fixed, sizeof(fixed));
+	nopts = wl_caps_options(opts, nopts, sizeof(opts) / sizeof(opts[0]) - 1);
+	opts[nopts] = (struct option){0, 0, 0, 0};
 	static const char *const am_names[] = {"child", "shared", "parent"};
 	static const char *const pm_names[] = {"epoll", "poll", "select"};
 	double v;
@@ -131,8 +138,19 @@ static int parse_args(int argc, char **argv, struct wl_node_cfg *cfg)
 				return wl_err("--busy-poll-for: '%s' is not within 0..1s", optarg);
 			cfg->poll_window_ns = (uint64_t)(v * 1000);
 			break;
-		case 'h': fputs(usage, stdout); exit(0);
-		default: fputs(usage, stderr); return -1;
+		case 'h':
+			fputs(usage, stdout);
+			wl_caps_usage(stdout);
+			exit(0);
+		default:
+			if (wl_caps_is_option(o)) {
+				if (wl_caps_parse(o, optarg, cfg) < 0)
+					return -1;
+				break;
+			}
+			fputs(usage, stderr);
+			wl_caps_usage(stderr);
+			return -1;
 		}
 	}
 	if (optind < argc)
@@ -177,10 +195,13 @@ static void print_stats(struct wl_node *node, const char *when)
 		" oversized=%" PRIu64 " accepted=%" PRIu64 " closed=%" PRIu64 " forwards=%" PRIu64
 		" fwd_timeouts=%" PRIu64 " fwd_errors=%" PRIu64 " fwd_retries=%" PRIu64 " loads=%" PRIu64
 		" stores=%" PRIu64 " fsyncs=%" PRIu64 " storage_errors=%" PRIu64 " bytes_in=%" PRIu64
-		" bytes_out=%" PRIu64 "\n",
+		" bytes_out=%" PRIu64 " over_reply=%" PRIu64 " over_request=%" PRIu64 " over_compute=%" PRIu64
+		" over_backlog=%" PRIu64 " over_conns=%" PRIu64 " over_fwd_conns=%" PRIu64 " paused=%" PRIu64
+		" fwd_closed=%" PRIu64 "\n",
 		when, t.requests, t.replies, t.malformed, t.truncated, t.oversized, t.accepted, t.closed, t.forwards,
 		t.fwd_timeouts, t.fwd_errors, t.fwd_retries, t.loads, t.stores, t.fsyncs, t.storage_errors, t.bytes_in,
-		t.bytes_out);
+		t.bytes_out, t.over_reply, t.over_request, t.over_compute, t.over_backlog, t.over_conns,
+		t.over_fwd_conns, t.paused, t.fwd_closed);
 }
 
 /* Port 0 means "any free port": bind once, then reuse the chosen port for the
@@ -250,14 +271,20 @@ static void *acceptor_thread(void *arg)
 			int fd = accept4(pf[i].fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 			if (fd < 0)
 				continue;
+			struct wl_worker *w = &node->workers[next++ % node->cfg.nthreads];
+			if (!wl_conn_admit(w)) {
+				close(fd); /* over --max-conns */
+				continue;
+			}
 			if (node->cfg.nodelay && wl_set_nodelay(fd) < 0) {
+				wl_conn_unadmit(node);
 				close(fd);
 				continue;
 			}
-			struct wl_worker *w = &node->workers[next++ % node->cfg.nthreads];
 			pthread_mutex_lock(&w->lock);
 			if (wl_grow(&w->handoff, &w->handoff_cap, w->nhandoff, sizeof(*w->handoff), 16) < 0) {
 				pthread_mutex_unlock(&w->lock);
+				wl_conn_unadmit(node);
 				close(fd);
 				continue;
 			}
@@ -310,11 +337,13 @@ static void announce(const struct wl_node *node)
 int main(int argc, char **argv)
 {
 	static struct wl_node node = {.cfg = {.nthreads = 1, .backlog = 1024, .nodelay = true,
-					      .storage_path = "/tmp/wl-node.storage",
 					      .storage_max_bytes = 1ull << 30, .psync_period_ns = 100000000}};
 	wl_set_progname("wl-node");
+	wl_caps_defaults(&node.cfg);
 	if (parse_args(argc, argv, &node.cfg) < 0)
 		return 2;
+	if (wl_caps_fd_budget(&node.cfg) < 0)
+		return 1;
 	sigset_t sigs;
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);

@@ -20,7 +20,8 @@ struct wl_storage {
 	pthread_cond_t cond;
 	struct wl_job *head, *tail;
 	bool stop, dirty, started;
-	int fd;
+	struct wl_storage_file file;
+	int fd; /* file.fd */
 	uint8_t *buf;
 	size_t buf_cap;
 	uint64_t fsyncs, errors;
@@ -44,7 +45,7 @@ static int ensure_buf(struct wl_storage *st, size_t n)
 static int do_fsync(struct wl_storage *st)
 {
 	if (fsync(st->fd) < 0)
-		return wl_err("storage: fsync %s: %s", st->node->cfg.storage_path, strerror(errno));
+		return wl_err("storage: fsync %s: %s", st->file.path, strerror(errno));
 	__atomic_fetch_add(&st->fsyncs, 1, __ATOMIC_RELAXED);
 	return 0;
 }
@@ -73,7 +74,7 @@ static int do_io(struct wl_storage *st, const struct wl_op *op)
 			continue;
 		if (n < 0)
 			return wl_err("storage: %s %zu bytes at %llu of %s: %s", op->kind == WL_OP_STORE ? "pwrite" : "pread",
-				      len - done, (unsigned long long)(off + done), cfg->storage_path, strerror(errno));
+				      len - done, (unsigned long long)(off + done), st->file.path, strerror(errno));
 		if (n == 0) /* reading past the written part of a sparse file: reads as zeros */
 			break;
 		done += (size_t)n;
@@ -134,14 +135,11 @@ int wl_storage_open(struct wl_node *node)
 	if (!st)
 		return wl_err("storage: out of memory");
 	st->node = node;
-	int flags = O_RDWR | O_CREAT | O_CLOEXEC | (node->cfg.odirect ? O_DIRECT : 0);
-	st->fd = open(node->cfg.storage_path, flags, 0644);
-	if (st->fd < 0) {
-		wl_err("storage: open %s%s: %s", node->cfg.storage_path, node->cfg.odirect ? " (O_DIRECT)" : "",
-		       strerror(errno));
+	if (wl_storage_file_open(node->cfg.storage_path, node->cfg.odirect, &st->file) < 0) {
 		free(st);
 		return -1;
 	}
+	st->fd = st->file.fd;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -150,7 +148,7 @@ int wl_storage_open(struct wl_node *node)
 	pthread_condattr_destroy(&ca);
 	int rc = pthread_create(&st->thread, NULL, storage_main, st);
 	if (rc != 0) {
-		close(st->fd);
+		wl_storage_file_close(&st->file);
 		free(st);
 		return wl_err("storage: pthread_create: %s", strerror(rc));
 	}
@@ -194,8 +192,7 @@ void wl_storage_close(struct wl_storage *st)
 	pthread_join(st->thread, NULL);
 	if (st->dirty && fsync(st->fd) < 0)
 		wl_err("storage: final fsync: %s", strerror(errno));
-	if (close(st->fd) < 0)
-		wl_err("storage: close: %s", strerror(errno));
+	wl_storage_file_close(&st->file);
 	/* Jobs still queued belong to workers that have stopped; free them. */
 	while (st->head) {
 		struct wl_job *j = st->head;

@@ -1,7 +1,8 @@
-/* worker: one event loop per worker thread. Reads requests, validates them,
- * runs each request's chain as a job, parks jobs on storage and forwards,
- * and writes replies. A job never blocks the loop except inside COMPUTE,
- * which is the point of COMPUTE. */
+/* worker: one event loop per worker thread. Reads requests off its
+ * connections (a stalled one is not read, an oversized request is answered
+ * and skipped, a forward target's reply padding is dropped as it arrives),
+ * starts a job per request (job.c) and writes replies. A job never blocks
+ * the loop except inside COMPUTE, which is the point of COMPUTE. */
 #include "node.h"
 #include "trace.h"
 
@@ -15,121 +16,51 @@
 
 #define MAX_EVENTS 256
 
-void wl_job_finish(struct wl_job *j, uint8_t status)
+/* Drop what is left of a message already dealt with (a reply's padding, an
+ * oversized request); true when there is nothing more to drop. */
+static bool skip_bytes(struct wl_conn *c, struct wl_buf *src)
 {
-	struct wl_worker *w = j->w;
-	struct wl_conn *c = j->conn_slot < w->nconns ? w->conns[j->conn_slot] : NULL;
-	if (w->trace)
-		wl_trace_span(w->trace, j->trace_id, j->span_id, j->parent_span, "request", j->start_rt_ns,
-			      wl_realtime_ns(), status, NULL);
-	if (j->udp_fd >= 0) {
-		struct wl_buf b = {0};
-		/* A datagram carries at most 64 KiB: a larger reply size is an error reply. */
-		uint32_t len = j->reply_len > 65000 ? WL_REPLY_MIN : j->reply_len;
-		wl_put_reply(&b, j->id, j->trace_id, j->reply_len > 65000 ? WL_ST_ERR : status, len);
-		if (wl_enc_ok(&b) == 0 &&
-		    sendto(j->udp_fd, b.data, b.len, 0, (struct sockaddr *)&j->udp_peer, j->udp_peerlen) < 0)
-			wl_err("worker %d: udp reply: %s", w->index, strerror(errno));
-		else
-			WL_COUNT(w, bytes_out, b.len);
-		wl_buf_free(&b);
-		WL_COUNT(w, replies, 1);
-	} else if (c && c->gen == j->conn_gen && !c->dead) {
-		wl_put_reply(&c->out, j->id, j->trace_id, status, j->reply_len);
-		if (wl_enc_ok(&c->out) < 0) { /* a half-written reply would corrupt the stream */
-			wl_err("worker %d: out of memory for a %u-byte reply", w->index, j->reply_len);
-			wl_conn_kill(c);
-		} else {
-			WL_COUNT(w, replies, 1);
-			wl_conn_queue_flush(c);
-		}
-	}
-	free(j->msg);
-	free(j);
+	size_t n = wl_buf_avail(src) < c->skip ? wl_buf_avail(src) : (size_t)c->skip;
+	src->off += n;
+	c->skip -= n;
+	return c->skip == 0;
 }
 
-static void op_span(struct wl_job *j, const char *name, uint64_t start, const char *attrs)
+/* A reply from a forward target: only its header and status matter, so
+ * its padding is dropped as it arrives instead of being buffered. */
+static void outbound_reply(struct wl_conn *c, struct wl_buf *src, const struct wl_hdr *hdr)
 {
-	uint8_t sid[8];
-	wl_trace_new_id(sid, 8);
-	wl_trace_span(j->w->trace, j->trace_id, sid, j->span_id, name, start, wl_realtime_ns(), 0, attrs);
+	wl_fwd_on_reply(c->w, wl_buf_head(src), WL_REPLY_MIN);
+	size_t have = wl_buf_avail(src) < hdr->len ? wl_buf_avail(src) : hdr->len;
+	src->off += have;
+	c->skip = hdr->len - have;
 }
 
-void wl_job_resume(struct wl_job *j)
+/* A request longer than --max-request is answered ERR and dropped unread. */
+static void refuse_long_request(struct wl_conn *c, struct wl_buf *src, const struct wl_hdr *hdr)
 {
-	const char *why;
-	for (;;) {
-		int rc = wl_chain_next(&j->cur, &j->op, &why);
-		if (rc <= 0) { /* validated on receipt, so rc < 0 means a bug: say ERR */
-			wl_job_finish(j, rc == 0 ? WL_ST_OK : WL_ST_ERR);
-			return;
-		}
-		uint64_t t0 = j->w->trace ? wl_realtime_ns() : 0;
-		switch (j->op.kind) {
-		case WL_OP_COMPUTE:
-			wl_compute(j->w, &j->op);
-			if (j->w->trace)
-				op_span(j, "COMPUTE", t0, NULL);
-			break;
-		case WL_OP_SKIP: {
-			unsigned count = j->op.skip.draw < j->op.skip.threshold ? j->op.skip.count : 0;
-			for (unsigned i = 0; i < count; i++) /* j->op is overwritten: count was copied */
-				if (wl_chain_next(&j->cur, &j->op, &why) <= 0)
-					break;
-			break;
-		}
-		case WL_OP_LOAD:
-		case WL_OP_STORE:
-			j->op_start_rt_ns = t0;
-			wl_storage_submit(j->w->node->storage, j);
-			return;
-		case WL_OP_FORWARD:
-			j->op_start_rt_ns = t0;
-			wl_fwd_start(j);
-			return;
-		}
-	}
+	WL_COUNT(c->w, requests, 1);
+	WL_COUNT(c->w, over_request, 1);
+	WL_COUNT(c->w, replies, 1);
+	wl_conn_put_reply(c, hdr->id, hdr->trace_id, WL_ST_ERR, WL_REPLY_MIN);
+	wl_conn_queue_flush(c);
+	size_t have = wl_buf_avail(src) < hdr->len ? wl_buf_avail(src) : hdr->len;
+	src->off += have;
+	c->skip = hdr->len - have;
 }
 
-static struct wl_job *job_new(struct wl_worker *w, const uint8_t *msg, size_t used, const struct wl_hdr *hdr)
+/* A client connection over its backlog is not read any further; first give
+ * the socket what it takes now, the client may well be reading. */
+static bool must_stall(struct wl_conn *c)
 {
-	struct wl_job *j = calloc(1, sizeof(*j));
-	uint8_t *copy = malloc(used); /* padding after the chain is not kept */
-	if (!j || !copy) {
-		wl_err("worker %d: out of memory for a %zu-byte request", w->index, used);
-		free(j);
-		free(copy);
-		return NULL;
-	}
-	memcpy(copy, msg, used);
-	j->w = w;
-	j->msg = copy;
-	j->id = hdr->id;
-	j->udp_fd = -1;
-	j->conn_slot = UINT32_MAX;
-	memcpy(j->trace_id, hdr->trace_id, 16);
-	memcpy(j->parent_span, hdr->parent_span, 8);
-	if (w->trace) {
-		j->start_rt_ns = wl_realtime_ns();
-		wl_trace_new_id(j->span_id, 8);
-	}
-	wl_request_chain(copy, used, &j->reply_len, &j->cur);
-	return j;
-}
-
-/* Check one complete message; on any defect count it and return NULL. */
-static struct wl_job *accept_request(struct wl_worker *w, const uint8_t *msg, size_t len)
-{
-	const char *why;
-	size_t used;
-	struct wl_hdr hdr;
-	if (wl_validate_request(msg, len, &why, &used) < 0) {
-		WL_COUNT(w, malformed, 1);
-		return NULL;
-	}
-	wl_decode_hdr(msg, len, &hdr, &why);
-	WL_COUNT(w, requests, 1);
-	return job_new(w, msg, used, &hdr);
+	if (!wl_conn_full(c))
+		return false;
+	if (!wl_outq_empty(&c->out) && wl_conn_flush(c) < 0)
+		return true; /* gone */
+	if (!wl_conn_full(c))
+		return false;
+	wl_conn_stall(c);
+	return true;
 }
 
 /* Parse complete messages out of src (the worker's read buffer or the
@@ -139,7 +70,11 @@ static bool drain_messages(struct wl_conn *c, struct wl_buf *src)
 	struct wl_worker *w = c->w;
 	uint64_t start = wl_now_ns();
 	c->more = false;
-	while (!c->dead && wl_buf_avail(src) >= WL_HDR_LEN) {
+	while (!c->dead && wl_buf_avail(src) > 0) {
+		if (c->skip && !skip_bytes(c, src))
+			return true;
+		if (wl_buf_avail(src) < WL_HDR_LEN)
+			return true;
 		/* A connection gets a time slice per pass: requests queued behind a
 		 * long COMPUTE wait for the next pass, so forward replies and other
 		 * connections are served in between instead of starving. */
@@ -147,6 +82,8 @@ static bool drain_messages(struct wl_conn *c, struct wl_buf *src)
 			c->more = true;
 			return true;
 		}
+		if (c->kind == WL_CONN_IN && must_stall(c))
+			return true;
 		struct wl_hdr hdr;
 		const char *why;
 		if (wl_decode_hdr(wl_buf_head(src), wl_buf_avail(src), &hdr, &why) < 0) {
@@ -156,33 +93,33 @@ static bool drain_messages(struct wl_conn *c, struct wl_buf *src)
 				WL_COUNT(w, malformed, 1);
 			return false;
 		}
-		if (wl_buf_avail(src) < hdr.len)
-			return true; /* wait for the rest */
-		const uint8_t *msg = wl_buf_head(src);
-		if (c->kind == WL_CONN_OUT) {
-			if (hdr.type != WL_MSG_REPLY) {
-				WL_COUNT(w, malformed, 1);
-				return false;
-			}
-			src->off += hdr.len;
-			wl_fwd_on_reply(w, msg, hdr.len);
-			continue;
-		}
-		struct wl_job *j = hdr.type == WL_MSG_REQUEST ? accept_request(w, msg, hdr.len) : NULL;
-		if (!j) {
-			if (hdr.type != WL_MSG_REQUEST)
-				WL_COUNT(w, malformed, 1);
+		if (hdr.type != (c->kind == WL_CONN_OUT ? WL_MSG_REPLY : WL_MSG_REQUEST)) {
+			WL_COUNT(w, malformed, 1);
 			return false;
 		}
-		j->conn_slot = c->slot;
-		j->conn_gen = c->gen;
+		if (c->kind == WL_CONN_OUT) {
+			if (wl_buf_avail(src) < WL_REPLY_MIN)
+				return true;
+			outbound_reply(c, src, &hdr);
+			continue;
+		}
+		if (hdr.len > w->node->cfg.max_request_bytes) {
+			refuse_long_request(c, src, &hdr);
+			continue;
+		}
+		if (wl_buf_avail(src) < hdr.len)
+			return true; /* wait for the rest */
+		enum wl_cap cap;
+		struct wl_job *j = wl_job_accept(w, wl_buf_head(src), hdr.len, &cap);
+		if (!j)
+			return false;
 		src->off += hdr.len;
-		wl_job_resume(j);
+		wl_job_start(j, c, cap);
 	}
 	return true;
 }
 
-static void backlog_add(struct wl_conn *c)
+void wl_worker_backlog_add(struct wl_conn *c)
 {
 	struct wl_worker *w = c->w;
 	if (c->backlogged)
@@ -215,10 +152,20 @@ static void run_backlog(struct wl_worker *w)
 			continue;
 		}
 		if (c->more)
-			backlog_add(c);
+			wl_worker_backlog_add(c);
 		else
 			wl_buf_trim(&c->in);
 	}
+}
+
+/* The client sent its last byte: answer what it sent, then close. */
+static void on_eof(struct wl_conn *c)
+{
+	if (c->kind == WL_CONN_OUT) {
+		wl_conn_kill(c);
+		return;
+	}
+	wl_conn_set_eof(c);
 }
 
 static void on_stream(struct wl_conn *c, uint32_t events)
@@ -238,6 +185,11 @@ static void on_stream(struct wl_conn *c, uint32_t events)
 		return;
 	if (!(events & (WL_EV_IN | WL_EV_ERR)))
 		return;
+	if (c->kind == WL_CONN_IN && (c->stalled || c->eof)) {
+		if (events & WL_EV_ERR) /* reset or hung up: nobody will read the replies */
+			wl_conn_kill(c);
+		return; /* not read until it drains (the event came before the stall) */
+	}
 	for (;;) {
 		bool partial = wl_buf_avail(&c->in) > 0;
 		struct wl_buf *dst = partial ? &c->in : &w->rbuf;
@@ -266,9 +218,11 @@ static void on_stream(struct wl_conn *c, uint32_t events)
 				return;
 			wl_buf_trim(&c->in);
 			if (c->more) {
-				backlog_add(c);
+				wl_worker_backlog_add(c);
 				return; /* the rest waits for the next pass; the socket can wait too */
 			}
+			if (c->stalled)
+				return; /* read again once the backlog drains */
 			if ((size_t)n < WL_READ_CHUNK && !partial)
 				return; /* drained the socket: skip the EAGAIN round trip */
 			continue;
@@ -277,14 +231,12 @@ static void on_stream(struct wl_conn *c, uint32_t events)
 			continue;
 		if (n < 0 && errno == EAGAIN)
 			return;
-		/* EOF or error: finish the requests already queued, then a partial
-		 * message left behind is a truncated request. */
-		while (c->more && !c->dead && drain_messages(c, &c->in))
-			;
-		if (c->dead)
+		if (n == 0) {
+			on_eof(c);
 			return;
-		if (wl_buf_avail(&c->in) > 0 && c->kind == WL_CONN_IN)
-			WL_COUNT(w, truncated, 1);
+		}
+		if (c->kind == WL_CONN_IN && (wl_buf_avail(&c->in) > 0 || c->skip))
+			WL_COUNT(w, truncated, 1); /* reset inside a message */
 		wl_conn_kill(c);
 		return;
 	}
@@ -293,23 +245,32 @@ static void on_stream(struct wl_conn *c, uint32_t events)
 static void on_udp(struct wl_conn *c)
 {
 	static __thread uint8_t dgram[65536];
+	struct wl_worker *w = c->w;
 	for (int i = 0; i < 64; i++) {
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
 		ssize_t n = recvfrom(c->fd, dgram, sizeof(dgram), 0, (struct sockaddr *)&peer, &plen);
 		if (n < 0) {
 			if (errno != EAGAIN && errno != EINTR)
-				wl_err("worker %d: recvfrom: %s", c->w->index, strerror(errno));
+				wl_err("worker %d: recvfrom: %s", w->index, strerror(errno));
 			return;
 		}
-		WL_COUNT(c->w, bytes_in, (uint64_t)n);
-		struct wl_job *j = accept_request(c->w, dgram, (size_t)n);
+		WL_COUNT(w, bytes_in, (uint64_t)n);
+		enum wl_cap cap;
+		struct wl_job *j = wl_job_accept(w, dgram, (size_t)n, &cap);
 		if (!j)
 			continue; /* a bad datagram is counted and dropped; the socket lives on */
 		j->udp_fd = c->fd;
 		j->udp_peer = peer;
 		j->udp_peerlen = plen;
-		wl_job_resume(j);
+		/* Datagrams cannot be left unread per sender: over the backlog, ERR. */
+		if (cap == WL_CAP_NONE && wl_conn_full(c)) {
+			WL_COUNT(w, over_backlog, 1);
+			j->reply_len = WL_REPLY_MIN;
+			wl_job_finish(j, WL_ST_ERR);
+			continue;
+		}
+		wl_job_start(j, c, cap);
 	}
 }
 
@@ -323,7 +284,12 @@ static void on_listen(struct wl_conn *c)
 				wl_err("worker %d: accept: %s", w->index, strerror(errno));
 			return;
 		}
+		if (!wl_conn_admit(w)) {
+			close(fd); /* over --max-conns: closed at once, before it costs anything */
+			continue;
+		}
 		if (w->node->cfg.nodelay && wl_set_nodelay(fd) < 0) {
+			wl_conn_unadmit(w->node);
 			close(fd);
 			continue;
 		}
@@ -375,7 +341,7 @@ static void on_wake(struct wl_worker *w)
 		struct wl_job *j = jobs;
 		jobs = j->next;
 		if (w->trace)
-			op_span(j, j->op.kind == WL_OP_LOAD ? "LOAD" : "STORE", j->op_start_rt_ns, NULL);
+			wl_job_span(j, j->op.kind == WL_OP_LOAD ? "LOAD" : "STORE", j->op_start_rt_ns);
 		if (j->storage_rc < 0)
 			wl_job_finish(j, WL_ST_ERR);
 		else
@@ -426,6 +392,8 @@ void *wl_worker_main(void *arg)
 			run_backlog(w);
 		if (w->pend_inuse)
 			wl_fwd_sweep(w, polled_ns);
+		if (w->nouts)
+			wl_fwd_close_idle(w, wl_now_ns());
 		wl_worker_flush(w);
 		wl_conn_reap(w);
 	}

@@ -1,0 +1,173 @@
+/* job: one request's life on a node. A complete message is validated and
+ * checked against the caps, copied (its padding left behind) into a job,
+ * charged to its connection's backlog, run op by op (COMPUTE here, LOAD and
+ * STORE on the storage thread, FORWARD parked until its quorum), and ends in
+ * a reply. */
+#include "node.h"
+#include "trace.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+/* The memory a job holds for its connection until its reply is queued:
+ * the job, its copy of the chain and the stored part of its reply. */
+static size_t job_charge(const struct wl_job *j, size_t used)
+{
+	return sizeof(*j) + used + WL_REPLY_MIN + (j->reply_len < WL_INLINE_PAD ? j->reply_len : WL_INLINE_PAD);
+}
+
+static struct wl_conn *job_origin(const struct wl_job *j)
+{
+	struct wl_worker *w = j->w;
+	struct wl_conn *c = j->conn_slot < w->nconns ? w->conns[j->conn_slot] : NULL;
+	return c && c->gen == j->conn_gen && !c->dead ? c : NULL;
+}
+
+static void udp_reply(struct wl_job *j, uint8_t status)
+{
+	struct wl_worker *w = j->w;
+	struct wl_buf b = {0};
+	/* A datagram carries at most 64 KiB: a larger reply size is an error reply. */
+	uint32_t len = j->reply_len > 65000 ? WL_REPLY_MIN : j->reply_len;
+	wl_put_reply(&b, j->id, j->trace_id, j->reply_len > 65000 ? WL_ST_ERR : status, len);
+	if (wl_enc_ok(&b) == 0 &&
+	    sendto(j->udp_fd, b.data, b.len, 0, (struct sockaddr *)&j->udp_peer, j->udp_peerlen) < 0)
+		wl_err("worker %d: udp reply: %s", w->index, strerror(errno));
+	else
+		WL_COUNT(w, bytes_out, b.len);
+	wl_buf_free(&b);
+	WL_COUNT(w, replies, 1);
+}
+
+void wl_job_finish(struct wl_job *j, uint8_t status)
+{
+	struct wl_worker *w = j->w;
+	struct wl_conn *c = job_origin(j);
+	if (w->trace)
+		wl_trace_span(w->trace, j->trace_id, j->span_id, j->parent_span, "request", j->start_rt_ns,
+			      wl_realtime_ns(), status, NULL);
+	if (c)
+		c->held -= j->held;
+	if (j->udp_fd >= 0) {
+		udp_reply(j, status);
+	} else if (c) {
+		wl_conn_put_reply(c, j->id, j->trace_id, status, j->reply_len);
+		if (wl_enc_ok(&c->out.data) < 0) { /* a half-written reply would corrupt the stream */
+			wl_err("worker %d: out of memory for a %u-byte reply", w->index, j->reply_len);
+			wl_conn_kill(c);
+		} else {
+			WL_COUNT(w, replies, 1);
+			wl_conn_queue_flush(c);
+		}
+	}
+	free(j->msg);
+	free(j);
+	if (c)
+		wl_conn_progress(c);
+}
+
+void wl_job_span(struct wl_job *j, const char *name, uint64_t start_rt_ns)
+{
+	uint8_t sid[8];
+	wl_trace_new_id(sid, 8);
+	wl_trace_span(j->w->trace, j->trace_id, sid, j->span_id, name, start_rt_ns, wl_realtime_ns(), 0, NULL);
+}
+
+void wl_job_resume(struct wl_job *j)
+{
+	const char *why;
+	for (;;) {
+		int rc = wl_chain_next(&j->cur, &j->op, &why);
+		if (rc <= 0) { /* validated on receipt, so rc < 0 means a bug: say ERR */
+			wl_job_finish(j, rc == 0 ? WL_ST_OK : WL_ST_ERR);
+			return;
+		}
+		uint64_t t0 = j->w->trace ? wl_realtime_ns() : 0;
+		switch (j->op.kind) {
+		case WL_OP_COMPUTE:
+			wl_compute(j->w, &j->op);
+			if (j->w->trace)
+				wl_job_span(j, "COMPUTE", t0);
+			break;
+		case WL_OP_SKIP: {
+			unsigned count = j->op.skip.draw < j->op.skip.threshold ? j->op.skip.count : 0;
+			for (unsigned i = 0; i < count; i++) /* j->op is overwritten: count was copied */
+				if (wl_chain_next(&j->cur, &j->op, &why) <= 0)
+					break;
+			break;
+		}
+		case WL_OP_LOAD:
+		case WL_OP_STORE:
+			j->op_start_rt_ns = t0;
+			wl_storage_submit(j->w->node->storage, j);
+			return;
+		case WL_OP_FORWARD:
+			j->op_start_rt_ns = t0;
+			wl_fwd_start(j);
+			return;
+		}
+	}
+}
+
+static struct wl_job *job_new(struct wl_worker *w, const uint8_t *msg, size_t used, const struct wl_hdr *hdr)
+{
+	struct wl_job *j = calloc(1, sizeof(*j));
+	uint8_t *copy = malloc(used); /* padding after the chain is not kept */
+	if (!j || !copy) {
+		wl_err("worker %d: out of memory for a %zu-byte request", w->index, used);
+		free(j);
+		free(copy);
+		return NULL;
+	}
+	memcpy(copy, msg, used);
+	j->w = w;
+	j->msg = copy;
+	j->id = hdr->id;
+	j->udp_fd = -1;
+	j->conn_slot = UINT32_MAX;
+	memcpy(j->trace_id, hdr->trace_id, 16);
+	memcpy(j->parent_span, hdr->parent_span, 8);
+	if (w->trace) {
+		j->start_rt_ns = wl_realtime_ns();
+		wl_trace_new_id(j->span_id, 8);
+	}
+	wl_request_chain(copy, used, &j->reply_len, &j->cur);
+	j->held = job_charge(j, used);
+	return j;
+}
+
+struct wl_job *wl_job_accept(struct wl_worker *w, const uint8_t *msg, size_t len, enum wl_cap *cap)
+{
+	const char *why;
+	size_t used;
+	struct wl_hdr hdr;
+	if (wl_validate_request(msg, len, &why, &used) < 0) {
+		WL_COUNT(w, malformed, 1);
+		return NULL;
+	}
+	wl_decode_hdr(msg, len, &hdr, &why);
+	WL_COUNT(w, requests, 1);
+	*cap = wl_caps_check(&w->node->cfg, msg, used);
+	return job_new(w, msg, used, &hdr);
+}
+
+void wl_job_start(struct wl_job *j, struct wl_conn *origin, enum wl_cap cap)
+{
+	j->conn_slot = origin->slot;
+	j->conn_gen = origin->gen;
+	origin->held += j->held;
+	if (cap == WL_CAP_NONE) {
+		wl_job_resume(j);
+		return;
+	}
+	if (cap == WL_CAP_REPLY)
+		WL_COUNT(j->w, over_reply, 1);
+	else if (cap == WL_CAP_REQUEST)
+		WL_COUNT(j->w, over_request, 1);
+	else
+		WL_COUNT(j->w, over_compute, 1);
+	j->reply_len = WL_REPLY_MIN;
+	wl_job_finish(j, WL_ST_ERR);
+}
