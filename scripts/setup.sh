@@ -5,8 +5,9 @@
 #   scripts/setup.sh test   install everything, build, and run every test tier
 #
 # Run as root (network namespaces, traffic control and eBPF need it).  Every
-# dependency comes from deps/apt-*.txt (Debian) and pyproject.toml (PyPI),
-# pinned; the Python side lives in .venv so the system Python stays untouched.
+# dependency comes from deps/apt-*.txt (Debian) and pyproject.toml (PyPI, with
+# what those pull in pinned by deps/python-constraints.txt), pinned; the Python
+# side lives in .venv so the system Python stays untouched.
 set -euo pipefail
 
 mode=${1:-}
@@ -45,7 +46,10 @@ install_python() {
   fi
   local extra=test
   if [ "$1" = demo ]; then extra=vm; fi
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extra]"
+  # pyproject.toml pins what Collapsar uses; deps/python-constraints.txt pins
+  # what those pull in, so a fresh machine gets the tested set.
+  .venv/bin/python -m pip install -q --disable-pip-version-check \
+    -c deps/python-constraints.txt -e ".[$extra]"
 }
 
 build_native() {
