@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dashboard": ("collapsar.commands.dashboard", "Serve the web dashboard for running managers"),
     "generate": ("collapsar.commands.generate", "Write a Docker Swarm stack or Compose file for an experiment"),
     "manager": ("collapsar.commands.manager", "Run the emulation manager for Docker containers on this node"),
+    "trace": ("collapsar.commands.trace", "Where a run's latency goes: per-client latency and its breakdown"),
 }
 
 

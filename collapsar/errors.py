@@ -83,3 +83,18 @@ class RunError(CollapsarError):
     """A running experiment cannot go on (instance, process or state failure)."""
 
     exit_code = 5
+
+
+class InstanceFailure(RunError):
+    """Instances' commands failed on their own: exited with an error, or could
+    not start, without the timeline or the run's end stopping them.  The run
+    itself went to its end and was torn down; `lines` say which and why."""
+
+    exit_code = 6
+
+    def __init__(self, lines: list[str]):
+        self._lines = list(lines)
+        super().__init__("\n".join(self._lines))
+
+    def lines(self) -> list[str]:
+        return list(self._lines)

@@ -44,6 +44,17 @@ class Settings:
 
 
 @dataclass(frozen=True)
+class CommandOrigin:
+    """Where a service's command is written: under `command:`, or under
+    `workload:`, the YAML form the parser compiles into an argv
+    (collapsar.parse_workload).  Checks of the command that happen after
+    parsing, such as validate's chain check, name this place."""
+
+    key: Literal["command", "workload"]
+    where: Where | None = None
+
+
+@dataclass(frozen=True)
 class Service:
     name: str
     command: tuple[str, ...] = ()
@@ -54,6 +65,9 @@ class Service:
     cpus: float | None = None
     memory_bytes: int | None = None
     where: Where | None = None
+    # Not compared: a command compiled from `workload:` is the same service
+    # as one that writes that argv under `command:`.
+    command_origin: CommandOrigin | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -17,17 +17,19 @@ import shlex
 
 from . import parse_common as pc
 from .errors import Problem, TopologyError, Where
-from .model import DEFAULT_PERIOD_US, Bridge, Experiment, Service, ServiceEvent, Settings, instance_name
+from .model import (DEFAULT_PERIOD_US, Bridge, CommandOrigin, Experiment, Service, ServiceEvent, Settings,
+                    instance_name)
 from .parse_common import Report, read_input
 from .parse_events import parse_events
 from .parse_links import parse_links
+from .parse_workload import compile_workload
 from .presence import Elements, resolve
 from .units import parse_duration_us, parse_size_bytes
 from .yamlsrc import Node, load
 
 TOP_KEYS = ("experiment", "services", "bridges", "links", "events")
 SETTINGS_KEYS = ("name", "period", "paths", "seed", "wire-overhead")
-SERVICE_KEYS = ("command", "image", "replicas", "env", "workdir", "cpus", "memory")
+SERVICE_KEYS = ("command", "workload", "image", "replicas", "env", "workdir", "cpus", "memory")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _INSTANCE = re.compile(r"^(.+)-([0-9]+)$")
 
@@ -164,8 +166,15 @@ def _service(report: Report, name: str, body: Node, label: str, line: int) -> Se
     pc.check_keys(report, body, SERVICE_KEYS, label)
     fields = body.value
     values: dict[str, object] = {}
-    if "command" in fields:
+    if "command" in fields and "workload" in fields:
+        report.add(body.key_lines["workload"], f"{label}: use either command or workload (the "
+                   "YAML form of a wl-node or wl-client command), not both")
+    elif "command" in fields:
         values["command"] = _command(report, fields["command"], f"{label}: command")
+        values["command_origin"] = CommandOrigin("command", report.where(body.key_lines["command"]))
+    elif "workload" in fields:
+        values["command"] = compile_workload(report, fields["workload"], f"{label}: workload")
+        values["command_origin"] = CommandOrigin("workload", report.where(body.key_lines["workload"]))
     for key in ("image", "workdir"):
         if key in fields:
             values[key] = pc.text(report, fields[key], f"{label}: {key}")
@@ -182,7 +191,7 @@ def _service(report: Report, name: str, body: Node, label: str, line: int) -> Se
     if "memory" in fields:
         values["memory_bytes"] = pc.unit(report, fields["memory"], f"{label}: memory",
                                          parse_size_bytes)
-    if not fields.get("command") and not fields.get("image"):
+    if not (fields.get("command") or fields.get("workload") or fields.get("image")):
         report.add(line, f"{label}: needs a command (or an image for the Docker modes)")
     kept = {key: value for key, value in values.items() if value is not None}
     return Service(name, **kept, where=where)

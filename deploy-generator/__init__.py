@@ -2,7 +2,8 @@
 
 Owns: the names and labels that tie containers to an experiment (`naming`,
 which the container-mode manager reads too), sizing the experiment network's
-subnet (`subnet`), and the generated files themselves (`stack`).  Does not
+subnet (`subnet`), and the generated files themselves (`stack`), with the
+host directory or volume where the workload image's traces land.  Does not
 own: running anything (the generated files are run by `docker compose` /
 `docker stack deploy`; the manager in container mode lives in
 collapsar.manager.container), nor the images (docker/).

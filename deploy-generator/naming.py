@@ -51,6 +51,15 @@ def key_file_name(experiment: str) -> str:
     return f"{experiment}.metadata-key"
 
 
+# The workload image's traces: Swarm's named volume (one per node, prefixed
+# with the stack's name), Compose's directory beside the file.
+TRACE_VOLUME = "collapsar-workload"
+
+
+def trace_dir_name(experiment: str) -> str:
+    return f"{experiment}.workload"
+
+
 def check_service_name(name: str, where: str) -> str:
     if not _DOCKER_NAME.match(name) or name in (BOOTSTRAP_SERVICE, MANAGER_SERVICE):
         raise CollapsarError(f"{where}service {name}: Docker needs a service name of letters, digits, "

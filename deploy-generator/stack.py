@@ -18,6 +18,10 @@ numbers the new task's slot like the joined instance).  Then the emulation manag
   (`naming.key_file_name`, written by `collapsar generate`), granted to the
   bootstrapper service and to no instance.
 
+Services without an image run in the workload image, whose tools write
+their traces to COLLAPSAR_TRACE_DIR: a directory beside the Compose file,
+a named volume per node on Swarm (TRACE_DIR_IN_CONTAINER below).
+
 The topology travels in the environment (base64 of the file's text), so the
 generated file is self-contained.  Managers do not need a node count: each
 one serves the experiment's containers on its own node, and peers are the
@@ -35,17 +39,33 @@ from ..manager.experiment import service_of
 from ..model import Experiment, Service
 from .manager_spec import MANAGER_SPEC, manager_environment
 from .naming import (BOOTSTRAP_SERVICE, IMAGE_MANAGER, IMAGE_NODE, LABEL_EXPERIMENT, LABEL_ROLE,
-                     LABEL_SERVICE, MANAGER_SERVICE, METADATA_KEY_SECRET, NETWORK, check_service_name,
-                     key_file_name)
+                     LABEL_SERVICE, MANAGER_SERVICE, METADATA_KEY_SECRET, NETWORK, TRACE_VOLUME,
+                     check_service_name, key_file_name, trace_dir_name)
 
 SWARM_FILE_VERSION = "3.8"
+# Compose cannot give each replica its instance name (Swarm's template does,
+# below), and the workload tools name their trace files by it: once shaped,
+# the container's /etc/hosts holds the manager's block of instance names,
+# where this container's address (Docker's own line, under its hostname)
+# is listed under its instance name.
+INSTANCE_FROM_HOSTS = (
+    '[ -n "$COLLAPSAR_INSTANCE" ] || { h=$(cat /etc/hostname); '
+    "ip=$(awk -v h=\"$h\" '$2 == h {print $1; exit}' /etc/hosts); "
+    "COLLAPSAR_INSTANCE=$(awk -v ip=\"$ip\" -v h=\"$h\" '$1 == ip && $2 != h {print $2; exit}' /etc/hosts); "
+    'export COLLAPSAR_INSTANCE; }; ')
 # Run by the workload image's containers before their command: wait for the
 # manager's mark (container/hostsfile.py), removing one left by an earlier
 # start of the same container first.  Says so after 10 s of waiting.
 WAIT_FOR_SHAPING = (
     f'rm -f {SHAPED_MARK}; i=0; while [ ! -e {SHAPED_MARK} ]; do i=$((i+1)); '
     f'[ $i -eq 100 ] && echo "collapsar: waiting for the emulation manager to shape this container" >&2; '
-    f'sleep 0.1; done; exec "$@"')
+    f'sleep 0.1; done; {INSTANCE_FROM_HOSTS}exec "$@"')
+# Where the workload image's commands write their traces (COLLAPSAR_TRACE_DIR,
+# see collapsar.manager.workload_report), mounted from the host: Compose binds
+# a directory beside the generated file, Swarm mounts a named volume, which
+# each node creates for its own tasks (a bind needs the directory on every
+# node beforehand); files are named by instance, so the nodes' never clash.
+TRACE_DIR_IN_CONTAINER = "/collapsar/workload"
 _KIB, _MIB = 1024, 1024 * 1024
 SECRET_MODE = 0o400  # root in the bootstrapper reads it; nobody else there needs to
 
@@ -107,6 +127,8 @@ def _instance_base(service: Service, options: DeployOptions) -> dict:
         spec["command"] = [literal(arg) for arg in command]
     spec["environment"] = {**{name: literal(value) for name, value in service.env.items()},
                            "COLLAPSAR_SERVICE": service.name, "COLLAPSAR_EXPERIMENT": options.experiment_id}
+    if not service.image:  # the workload image: its tools write traces there
+        spec["environment"]["COLLAPSAR_TRACE_DIR"] = TRACE_DIR_IN_CONTAINER
     if service.workdir:
         spec["working_dir"] = literal(service.workdir)
     spec["labels"] = _labels(options, "instance", service.name)
@@ -140,6 +162,8 @@ def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: Deplo
         # identical containers): there only COLLAPSAR_SERVICE is set.
         spec["environment"]["COLLAPSAR_INSTANCE"] = (
             f'{{{{if eq .Task.Slot "1"}}}}{service.name}{{{{else}}}}{service.name}-{{{{.Task.Slot}}}}{{{{end}}}}')
+        if not service.image:
+            spec["volumes"] = [f"{TRACE_VOLUME}:{TRACE_DIR_IN_CONTAINER}"]
         services[service.name] = spec
     services[BOOTSTRAP_SERVICE] = {
         "image": options.manager_image,
@@ -157,7 +181,7 @@ def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: Deplo
                    "labels": _labels(options, "bootstrapper"),
                    "restart_policy": {"condition": "on-failure"}},
     }
-    return {
+    stack = {
         "version": SWARM_FILE_VERSION,
         "services": services,
         "networks": {NETWORK: {"driver": "overlay", "attachable": True,
@@ -167,6 +191,10 @@ def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: Deplo
         # directory (stdin's: the current one) and creates the secret.
         "secrets": {METADATA_KEY_SECRET: {"file": f"./{key_file_name(options.experiment_id)}"}},
     }
+    if any(not service.image for service in experiment.services):
+        # Left behind by `docker stack rm`, with the traces: STACK_collapsar-workload on each node.
+        stack["volumes"] = {TRACE_VOLUME: {"labels": {LABEL_EXPERIMENT: options.experiment_id}}}
+    return stack
 
 
 def compose_file(experiment: Experiment, replicas: dict[str, int], options: DeployOptions) -> dict:
@@ -179,6 +207,8 @@ def compose_file(experiment: Experiment, replicas: dict[str, int], options: Depl
             spec["cpus"] = service.cpus
         if service.memory_bytes is not None:
             spec["mem_limit"] = _memory(service.memory_bytes)
+        if not service.image:  # relative to the Compose file's directory
+            spec["volumes"] = [f"./{trace_dir_name(options.experiment_id)}:{TRACE_DIR_IN_CONTAINER}"]
         services[service.name] = spec
     services[MANAGER_SERVICE] = {
         "image": options.manager_image,

@@ -31,8 +31,12 @@ def requirements(pyproject: Path) -> str:
     return "\n".join(sorted(pins)) + "\n"
 
 
+# What the pins pull in, pinned too (the same file scripts/setup.sh installs with).
+CONSTRAINTS = Path(__file__).resolve().parent.parent / "deps" / "python-constraints.txt"
+
+
 def _wheels(cache: Path, reqs: Path) -> Path:
-    key = hashlib.sha256(reqs.read_bytes()).hexdigest()[:16]
+    key = hashlib.sha256(reqs.read_bytes() + CONSTRAINTS.read_bytes()).hexdigest()[:16]
     target = cache / f"wheels-{key}"
     if (target / "requirements.txt").exists():
         return target
@@ -45,7 +49,7 @@ def _wheels(cache: Path, reqs: Path) -> Path:
                     "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
                     "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
                     "--platform", "manylinux2014_x86_64", "--platform", "any",
-                    "-r", str(reqs), "-d", str(partial)], check=True)
+                    "-r", str(reqs), "-c", str(CONSTRAINTS), "-d", str(partial)], check=True)
     shutil.copy2(reqs, partial / "requirements.txt")
     partial.rename(target)
     return target

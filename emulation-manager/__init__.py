@@ -9,6 +9,7 @@ own: parsing, collapsing or the timeline (collapsar), tc and eBPF
 Local mode (`collapsar run`), one concept per module:
   addressing  names and addresses of a run (pure)
   experiment  instances, commands and paths a run needs, from the timeline
+  programs    whether each command's program is found as its instances look for it
   rundir      run directory, write-ahead journal, host-wide lock, the state directory
   cleanup_plan which run cleanup means and what its journal lets it undo (records checked)
   safefiles   root's file access: trusted directories, no symlink followed
@@ -26,6 +27,8 @@ Local mode (`collapsar run`), one concept per module:
   httpgate    the thread that accepts, holds idle connections, answers 503
   teardown    carry out a cleanup plan (end of run, or `collapsar cleanup`)
   dryrun      the per-instance tc plan for `--dry-run`
+  outputs     what a run writes and prints about itself; instances that failed on their own
+  workload_report  the trace directory, and each wl-client's summary next to its chain's network share
   local       LocalRun: the whole run, in order
 
 Sharing loop (written separately): metadata (wire format, authenticated),

@@ -167,3 +167,21 @@ class EmulationCore:
 
     def teardown(self) -> None:
         self.tree.teardown()
+
+
+class RealTcal:
+    """The TCAL entry points a run uses (local and container mode alike),
+    imported only when a run starts: unit tests pass fakes instead."""
+
+    def __init__(self):
+        from ..tcal import Shaping, TcTree, check_kernel
+        self.Shaping, self.TcTree, self.check_kernel = Shaping, TcTree, check_kernel
+
+    @staticmethod
+    def counters_factory(ifname: str, netns: str):
+        from ..tcal.counters import Counters
+        return Counters(ifname, netns=netns)
+
+
+def real_tcal() -> RealTcal:
+    return RealTcal()

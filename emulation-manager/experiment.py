@@ -1,5 +1,6 @@
 """What local mode reads from an experiment and its timeline: which instances
-exist over the whole run, what each one runs, and every path it will ever
+exist over the whole run, what each one runs (and with which PATH: the
+built workload tools appended, programs.py), and every path it will ever
 need (to decide whether netem is needed at all)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Iterator
 from ..errors import CollapsarError
 from ..model import Experiment, Path
 from .addressing import NetworkPlan
+from .programs import instance_path
 from .supervisor import Launch
 
 
@@ -50,7 +52,8 @@ def launches(experiment: Experiment, instances: list[str], plan: NetworkPlan) ->
                                      f"service has only an image ({service.image}); add a `command` "
                                      f"or use the compose mode")
             continue
-        env = {**service.env, "COLLAPSAR_INSTANCE": instance, "COLLAPSAR_SERVICE": service.name,
+        env = {**service.env, "PATH": instance_path(service.env.get("PATH")),
+               "COLLAPSAR_INSTANCE": instance, "COLLAPSAR_SERVICE": service.name,
                "COLLAPSAR_IP": ip_of[instance], "COLLAPSAR_RUN_ID": plan.run_id}
         result[instance] = Launch(instance, tuple(service.command), env, service.workdir)
     return result

@@ -9,7 +9,9 @@ order matters and is the whole point of this module:
   -> meter (with sharing: counters attached) -> sharing -> status API
   -> commands of the instances present at t=0 -> "all up" -> t=0: timeline
   -> loop (reap, counters, sharing, status) until duration / all exited / signal
-  -> stop commands -> detach counters -> undo the journal -> release the lock
+  -> stop commands -> detach counters -> undo the journal -> the workload's
+  summary (workload_report) -> release the lock -> instances that failed on
+  their own make the run fail (outputs)
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ..errors import RunError
 from ..model import Experiment
 from ..tcal.prepared import PreparedStep
 from .addressing import NetworkPlan, new_run_id, plan_network
-from .core import EmulationCore, needs_netem
+from .core import EmulationCore, needs_netem, real_tcal
 from .experiment import all_instances, launches, paths_from, timeline_paths
 from .netns import HostNetwork
 from .control import AdHocLinks, local_control
@@ -35,9 +37,9 @@ from .cleanup_plan import plan_cleanup
 from .rundir import RunDir, RunLock, is_stale, list_runs, read_journal, state_dir
 from .stallwatch import StallWatch
 from .status import StatusBoard, StatusServer, paths_rows
-from .topoview import live_view, topology_json
+from .topoview import topology_json
 from .supervisor import Launch, Supervisor
-from . import outputs, teardown
+from . import outputs, teardown, workload_report
 from .throughput import Meter
 from .awake import KeepAwake
 
@@ -151,7 +153,7 @@ class LocalRun:
         self._stop_reason = signal.Signals(signum).name
 
     def run(self) -> int:
-        tcal = self._tcal or _real_tcal()
+        tcal = self._tcal or real_tcal()
         tcal.check_kernel(need_netem=self.netem)  # before anything is created
         state = state_dir()
         run_path = (self.options.run_base or state) / self.run_id
@@ -177,6 +179,9 @@ class LocalRun:
                 self.say(f"keeping {len(awake.procs)} CPUs awake at idle priority (a virtual machine's halted "
                          f"CPU wakes late; --keep-awake off stops this)")
             outputs.write_plan(self)
+            self.rundir.write_file("experiment.yaml",  # the topology as run, for `collapsar trace`
+                                   self.options.source_text or Path(self.experiment.source).read_text())
+            workload_report.trace_into(self)
             server = self._bring_up(tcal)
             self._loop()
         finally:
@@ -191,6 +196,7 @@ class LocalRun:
             first = failed[0]
             raise RunError(f"{len(failed)} timeline step(s) failed to apply; the first, at "
                            f"{first.scheduled_us / 1e6:g}s ({first.label}): {first.error}")
+        outputs.raise_on_failed_instances(self)
         return 0
 
     def _bring_up(self, tcal) -> StatusServer | None:
@@ -318,21 +324,7 @@ class LocalRun:
         self.say(f"stopping: {self._stop_reason}")
 
     def _snapshot(self, now_us: int) -> dict:
-        log = [dict(f.as_dict()) for f in self.player.log]
-        return {
-            "run_id": self.run_id, "source": self.experiment.source, "t_us": now_us,
-            "state": ("stopping" if self._stop_reason is not None
-                      else "running" if self.player.started else "waiting"),
-            "instances": [{"name": n.instance, "ip": n.ip, "netns": n.netns,
-                           "status": self.status[n.instance], "network": self.network[n.instance],
-                           "pid": self.supervisor.pid_of(n.instance),
-                           "exit_code": self.exit_codes.get(n.instance)} for n in self.plan.instances],
-            "throughput": self.meter.flows(),
-            "sharing": self.sharing.status() if self.sharing is not None else {"enabled": False},
-            "events": {"applied": log, "pending": self.player.pending,
-                       "upcoming": self.player.upcoming()},
-            **live_view(self.timeline.state_at(now_us), self.meter.flows()),  # for the dashboard
-        }
+        return outputs.status_snapshot(self, now_us, stopping=self._stop_reason is not None)
 
     def _paths_json(self) -> list[dict]:
         with self.paths_lock:  # copies made in C only: step preparation waits on this lock
@@ -371,6 +363,7 @@ class LocalRun:
               lambda: teardown.execute(plan_cleanup(read_journal(self.rundir.journal.path))))
         stage("write the event log", lambda: outputs.write_event_log(self))
         stage("write instances.json", lambda: outputs.write_instances(self))
+        stage("report the workload", lambda: workload_report.report(self))
         if failures:
             for line in failures:
                 self.say(f"warning: teardown: {line}")
@@ -379,19 +372,3 @@ class LocalRun:
         self.rundir.finish()
         self.say(f"torn down: {len(self.instances)} namespaces, bridge {self.plan.bridge}; "
                   f"logs in {self.rundir.path / 'logs'}")
-
-class _RealTcal:
-    """The TCAL entry points local mode uses, imported only when a run starts."""
-
-    def __init__(self):
-        from ..tcal import Shaping, TcTree, check_kernel
-        self.Shaping, self.TcTree, self.check_kernel = Shaping, TcTree, check_kernel
-
-    @staticmethod
-    def counters_factory(ifname: str, netns: str):
-        from ..tcal.counters import Counters
-        return Counters(ifname, netns=netns)
-
-
-def _real_tcal() -> _RealTcal:
-    return _RealTcal()

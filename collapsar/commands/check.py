@@ -6,6 +6,10 @@ the fix.  With FILE, netem is required only if the experiment uses delay,
 jitter or loss somewhere on its timeline, exactly as `collapsar run` decides;
 without FILE, netem is reported but not required.  Exit 0 when the host can
 run it, 3 (an environment problem) otherwise, so scripts can choose `--vm`.
+With FILE, every command's program must also be found as local mode's
+instances look for it (collapsar.manager.programs); one missing is
+`FILE:LINE: service X: program ...` and exit 2, as `collapsar run` refuses
+it (a VM would not help: it sees this host's files).
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ def run(args: argparse.Namespace) -> int:
     if args.file is not None:
         from ..manager.core import needs_netem
         from ..manager.experiment import timeline_paths
+        from ..manager.programs import require_programs
         from ..parser import parse_file
         from ..timeline import build_timeline
 
         experiment = parse_file(args.file)
+        require_programs(experiment)
         netem = needs_netem(timeline_paths(build_timeline(experiment)))
         check_kernel(need_netem=netem)
         what = "delay/jitter/loss (netem) and rates (htb)" if netem else "rates only (htb)"

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
                                  "run it in the privileged manager container the generated files describe")
     from ..manager.container.engine import DockerView
     from ..manager.container.run import ContainerOptions, ContainerRun
-    from ..manager.local import _real_tcal
+    from ..manager.core import real_tcal
     from ..timeline import build_timeline
 
     options = ContainerOptions(
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         grace_s=duration("--grace", args.grace) / 1e6, wait_up_s=duration("--wait-up", args.wait_up) / 1e6,
         bootstrapper=os.environ.get("COLLAPSAR_BOOTSTRAPPER") or None, sharing=not args.no_sharing)
     run_ = ContainerRun(experiment, build_timeline(experiment), options, DockerView(client, exp_id),
-                        _real_tcal(), out=sys.stdout)
+                        real_tcal(), out=sys.stdout)
     if options.bootstrapper:  # Swarm: other nodes' instances through the overlay's DNS
         from ..manager.container.dnsaddr import DnsAddresses
         bootstrapper = client.api.inspect_container(options.bootstrapper)

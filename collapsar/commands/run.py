@@ -18,6 +18,21 @@ in its namespace, plays the timeline and tears everything down at the end
   any command) and prints measured RTT, jitter and loss next to the
   configured values; the run's end prints measured throughput per pair.
 - `--dry-run` prints the tc plan and changes nothing.
+- Programs: each command's argv[0] must be found as its instances will
+  look for it (collapsar.manager.programs: this host's PATH, then the built
+  wl-node and wl-client in workload-node/build); otherwise the run stops
+  with `FILE:LINE: service X: program ...` (exit 2) before anything exists.
+- Exit status: 0 when the run went to its end; 6 when some instance's
+  command exited with an error or could not start without the timeline or
+  the run's end stopping it (a leave's or crash's signal, or the SIGTERM at
+  teardown): one line per such instance with its exit code and the last
+  lines of its log (collapsar.manager.outputs).  2 bad input, 3 a missing
+  kernel feature or privilege, 4 the kernel refused a change, 5 the run
+  could not go on.
+- Workload: every instance writes its traces to RUNDIR/workload/
+  (COLLAPSAR_TRACE_DIR); at the end each wl-client's summary is printed
+  next to the network share its chain should see, and written to
+  RUNDIR/workload.json (collapsar.manager.workload_report).
 - Control (collapsar.manager.control): the run prints a random token
   (`control token: ...`, also RUNDIR/control-token, 0600) that POST
   /control/stop, /control/start (with `--wait-start`: network and t=0
@@ -92,14 +107,17 @@ def run(args: argparse.Namespace) -> int:
     grace_us = duration("--grace", args.grace)
     if not 0 <= args.probe <= 10_000:
         raise CollapsarError(f"--probe {args.probe}: expected a number of pings from 0 to 10000")
-    if args.vm:
-        return _run_in_vm(args)
-
+    from ..manager.programs import require_programs
     from ..parser import parse_file
     from ..timeline import build_timeline
 
     experiment = parse_file(args.file)
     timeline = build_timeline(experiment)
+    # Before anything is created (a VM boot included): an instance whose
+    # program is missing would only fail once the network is up.
+    require_programs(experiment)
+    if args.vm:
+        return _run_in_vm(args)
     if args.dry_run:
         from ..manager.dryrun import describe_run
         for line in describe_run(experiment, timeline, args.subnet):

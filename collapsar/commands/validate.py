@@ -2,7 +2,19 @@
 
 Problems go to stderr as `FILE:LINE: message` with exit status 2 (the CLI
 prints the `TopologyError`).  Instance pairs with no path at t=0 are only
-warnings: an experiment may start partitioned on purpose.
+warnings: an experiment may start partitioned on purpose.  So are programs
+(collapsar.manager.programs): a command whose program local mode's
+instances would not find (`FILE:LINE: warning: service X: program 'foo' is
+not on the instances' PATH (...)`; `collapsar run` and `check` refuse it),
+and a service with an image of its own that runs wl-node or wl-client,
+which that image may lack in Compose and Swarm.
+
+Commands that run wl-client or wl-node, written or compiled from the
+`workload:` form, are checked by the built binaries' own parser
+(collapsar.chaincheck): a bad chain or an unknown target is a problem like
+any other, `FILE:LINE: service X: command: wl-client: MESSAGE`.  Without
+the build they are not checked, and one warning says how to build it.
+`--commands` also prints the argv every service's instances will run.
 
 `--json` prints one object on stdout instead, for editors and CI: `ok`, the
 counts, `problems` (each with file, line and message) and `warnings`; the
@@ -13,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 
+from ..chaincheck import BUILD_FIX, Verdict, check_chains
 from ..errors import TopologyError
 from ..model import Experiment
 from ..parser import parse_file
@@ -23,13 +37,21 @@ from ..parser import parse_file
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="Experiment file (YAML)")
     parser.add_argument("--json", action="store_true", help="Print the verdict as one JSON object")
+    parser.add_argument("--commands", action="store_true",
+                        help="Also print each service's command as its instances will run it "
+                        "(`workload:` compiled to its argv)")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.json:
-        return _run_json(args.file)
+        return _run_json(args.file, args.commands)
     experiment = parse_file(args.file)
+    chains = _check_chains(experiment)
     print(summary(experiment))
+    if args.commands:
+        for service in experiment.services:
+            if service.command:
+                print(f"  {service.name}: {shlex.join(service.command)}")
     # Imported here so that a broken or missing collapse stage never hides
     # the parser's own verdict, which is already printed.
     from ..collapse import unreachable_pairs
@@ -37,7 +59,36 @@ def run(args: argparse.Namespace) -> int:
     for src, dst in unreachable_pairs(experiment):
         print(f"{experiment.source}: warning: no path from {src} to {dst} at t=0",
               file=sys.stderr)
+    programs = _program_warnings(experiment)
+    for problem in programs:
+        print(f"{problem.where or experiment.source}: warning: {problem.message}", file=sys.stderr)
+    for warning in _chain_warnings(chains, programs):
+        print(f"{experiment.source}: warning: {warning}", file=sys.stderr)
     return 0
+
+
+def _program_warnings(experiment: Experiment) -> list:
+    from ..manager.programs import image_warnings, missing_programs
+
+    return missing_programs(experiment) + image_warnings(experiment)
+
+
+def _check_chains(experiment: Experiment) -> Verdict:
+    """The chain check's verdict; its problems end validation like the parser's."""
+    from ..manager.programs import workload_build_dir
+
+    verdict = check_chains(experiment, workload_build_dir())
+    if verdict.problems:
+        raise TopologyError(sorted(verdict.problems, key=lambda p: p.where.line if p.where else 0))
+    return verdict
+
+
+def _chain_warnings(verdict: Verdict, programs: list) -> list[str]:
+    # A missing build is already named by the program warnings:
+    # say it once.
+    if verdict.warning is None or any(BUILD_FIX in p.message for p in programs):
+        return []
+    return [verdict.warning]
 
 
 def _count(number: int, word: str) -> str:
@@ -57,21 +108,29 @@ def _problem_json(problem) -> dict:
             "message": problem.message}
 
 
-def _run_json(path: str) -> int:
+def _run_json(path: str, commands: bool) -> int:
     from ..collapse import unreachable_pairs
 
     try:
         experiment = parse_file(path)
+        chains = _check_chains(experiment)
     except TopologyError as error:
         print(json.dumps({"file": path, "ok": False, "problems": [_problem_json(p) for p in error.problems],
                           "warnings": []}, indent=1))
         return error.exit_code
     warnings = [{"src": src, "dst": dst, "message": f"no path from {src} to {dst} at t=0"}
                 for src, dst in unreachable_pairs(experiment)]
-    print(json.dumps({
+    programs = _program_warnings(experiment)
+    warnings += [_problem_json(problem) for problem in programs]
+    warnings += [{"file": experiment.source, "line": None, "message": warning}
+                 for warning in _chain_warnings(chains, programs)]
+    verdict = {
         "file": experiment.source, "ok": True, "problems": [], "warnings": warnings,
         "services": len(experiment.services),
         "instances": sum(service.replicas for service in experiment.services),
         "bridges": len(experiment.bridges), "links": len(experiment.links),
-        "events": len(experiment.events)}, indent=1))
+        "events": len(experiment.events)}
+    if commands:
+        verdict["commands"] = {s.name: list(s.command) for s in experiment.services if s.command}
+    print(json.dumps(verdict, indent=1))
     return 0

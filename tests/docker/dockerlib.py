@@ -170,3 +170,21 @@ def wait_listening(container: str, ports: tuple[int, ...], timeout_s: float = 30
                  if len(cols) > 3 and cols[3] == "0A"}  # 0A: LISTEN
         return set(ports) <= found
     wait_for(f"{container[:12]} listening on {ports}", listening, timeout_s)
+
+
+def remove_trace_volume(stack: str, cli=None) -> None:
+    """The volume a Swarm stack of the workload image leaves on a node for
+    its traces (deploy-generator/stack.py keeps it for gathering; these
+    tests gather none).  Removed once no container uses it any more."""
+    cli = cli or docker
+    name = f"{stack}_collapsar-workload"
+
+    def gone() -> bool:
+        if name not in cli("volume", "ls", "-q", "--filter", f"name={name}").split():
+            return True
+        try:
+            cli("volume", "rm", name)
+        except AssertionError:  # still in use by a task on its way out
+            pass
+        return False
+    wait_for(f"the stack's trace volume {name} removed", gone, 120, every_s=1)

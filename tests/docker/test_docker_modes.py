@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from dockerlib import (ROOT, TOPOLOGY, collapsar, container_pid, docker, labelled_containers, log, run, tc_in,
-                       wait_for)
+from dockerlib import (ROOT, TOPOLOGY, collapsar, container_pid, docker, labelled_containers, log,
+                       remove_trace_volume, run, tc_in, wait_for)
 from scenario import exercise
 
 STACK = "cxtest"
@@ -45,10 +45,10 @@ def remove_stack(experiment: str) -> None:
     """`docker stack rm` deletes the network while tasks are still stopping
     (the bootstrapper waits for the manager's teardown) and may fail with
     "network ... is in use"; once the tasks are gone a second rm takes it."""
-    if run("docker", "stack", "rm", STACK, check=False).returncode == 0:
-        return
-    wait_for("the stack's containers to go", lambda: not labelled_containers(experiment), 90)
-    docker("stack", "rm", STACK)
+    if run("docker", "stack", "rm", STACK, check=False).returncode != 0:
+        wait_for("the stack's containers to go", lambda: not labelled_containers(experiment), 90)
+        docker("stack", "rm", STACK)
+    remove_trace_volume(STACK)
 
 
 def swarm_names_agree(snapshot: dict) -> None:

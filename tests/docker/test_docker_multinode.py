@@ -34,8 +34,8 @@ from collapsar.tcal.plan import htb_params
 from collapsar.timeline import build_timeline
 
 from dockerlib import (ROOT, classes_by_destination, collapsar, collapsar_processes, docker,
-                       htb_rates, ifname_of, log, mtu_of, netns_inodes, run, status, wait_for,
-                       wait_listening)
+                       htb_rates, ifname_of, log, mtu_of, netns_inodes, remove_trace_volume, run, status,
+                       wait_for, wait_listening)
 from node2 import HOST_IP, NODE_IP, Node2
 
 STACK = "cxmulti"
@@ -205,6 +205,7 @@ def check_removed(experiment: str, engines: dict, node2: Node2, inodes: set[int]
                  lambda: not engine_docker("ps", "-aq", "--filter", label).split(), 90)
         wait_for(f"node {node}: the experiment's network removed",
                  lambda: not engine_docker("network", "ls", "-q", "--filter", label).split(), 60)
+        remove_trace_volume(STACK, engine_docker)
     wait_for("no Collapsar process left on either node", lambda: not collapsar_processes(), 30)
     wait_for("the containers' namespaces gone", lambda: not (inodes & netns_inodes()), 30)
     host_bindings = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []

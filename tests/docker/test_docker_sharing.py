@@ -18,8 +18,8 @@ import subprocess
 import pytest
 import yaml
 
-from dockerlib import (ROOT, collapsar, container_pid, docker, labelled_containers, log, run, status,
-                       wait_for, wait_listening)
+from dockerlib import (ROOT, collapsar, container_pid, docker, labelled_containers, log, remove_trace_volume,
+                       run, status, wait_for, wait_listening)
 
 pytestmark = pytest.mark.timing  # flow rates through a shared link
 
@@ -90,3 +90,4 @@ def test_two_tcp_flows_share_the_bottleneck_on_swarm(tmp_path, images, swarm):
         wait_for("every container of the experiment removed", lambda: not labelled_containers(experiment), 90)
         wait_for("the manager container removed", lambda: not docker(
             "ps", "-aq", "--filter", f"name=collapsar-manager-{experiment}").split(), 60)
+        remove_trace_volume(STACK)

@@ -78,7 +78,7 @@ def test_a_missing_file(tmp_path):
 
 def test_unreachable_pairs_are_warnings(tmp_path):
     (tmp_path / "apart.yaml").write_text(
-        "services:\n  a: {command: [x]}\n  b: {command: [x]}\n  c: {command: [x]}\n"
+        "services:\n  a: {command: [sleep, '1']}\n  b: {command: [sleep, '1']}\n  c: {command: [sleep, '1']}\n"
         "links:\n  - {from: a, to: b, latency: 1ms}\n")
     done = collapsar("validate", "apart.yaml", cwd=tmp_path)
     assert done.returncode == 0

@@ -89,6 +89,28 @@ def test_the_wait_for_shaping_runs_the_command_only_after_the_mark(tmp_path):
             proc.wait()
 
 
+@pytest.mark.parametrize("given, expected", [(None, "client-2"), ("from-swarm", "from-swarm")])
+def test_the_wait_for_shaping_names_a_compose_replica_from_the_managers_hosts_block(tmp_path, given, expected):
+    """Compose replicas are identical containers: the instance name (which
+    names the trace files) comes from the block the manager wrote, unless
+    the environment already has one (Swarm's template)."""
+    from collapsar.manager.container.hostsfile import with_block
+
+    hosts, hostname, mark = tmp_path / "hosts", tmp_path / "hostname", tmp_path / "shaped"
+    docker_own = "127.0.0.1\tlocalhost\n10.201.0.4\t3f4e5d6c7b8a\n"
+    hosts.write_text(with_block(docker_own, {"client": "10.201.0.3", "client-2": "10.201.0.4",
+                                             "server": "10.201.0.2"}))
+    hostname.write_text("3f4e5d6c7b8a\n")
+    script = (WAIT_FOR_SHAPING.replace("rm -f /tmp/collapsar-shaped; ", "")  # the mark is already there
+              .replace("/tmp/collapsar-shaped", str(mark)).replace("/etc/hostname", str(hostname))
+              .replace("/etc/hosts", str(hosts)))
+    mark.write_text("shaped\n")
+    env = {"PATH": os.environ["PATH"], **({"COLLAPSAR_INSTANCE": given} if given else {})}
+    done = subprocess.run(["sh", "-c", script, "collapsar-wait", "sh", "-c", 'echo "$COLLAPSAR_INSTANCE"'],
+                          capture_output=True, text=True, env=env, timeout=10)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"{expected}\n", "")
+
+
 def test_swarm_stack_is_exactly_this(topology):
     head, doc = generated(topology, swarm=True)
     assert head[1] == f"# experiment {EXP_ID}: 5 instances, subnet 10.201.0.0/25"
@@ -98,10 +120,13 @@ def test_swarm_stack_is_exactly_this(topology):
         "image": "collapsar/node:0.1.0",
         "command": WAITING + ["wl-node", "--port", "7000"],
         "environment": {"MODE": "fast", "COLLAPSAR_SERVICE": "server", "COLLAPSAR_EXPERIMENT": EXP_ID,
+                        "COLLAPSAR_TRACE_DIR": "/collapsar/workload",
                         # Swarm expands it per task: server, server-2, ...
                         "COLLAPSAR_INSTANCE": '{{if eq .Task.Slot "1"}}server{{else}}server-{{.Task.Slot}}{{end}}'},
         "labels": LABELS("instance", "server"),
         "networks": ["collapsar"],
+        # Traces: a volume each node creates for its own tasks (STACK_collapsar-workload).
+        "volumes": ["collapsar-workload:/collapsar/workload"],
         "deploy": {"mode": "replicated", "replicas": 1, "endpoint_mode": "dnsrr",
                    "labels": LABELS("instance", "server"), "restart_policy": {"condition": "none"},
                    "resources": {"limits": {"cpus": "0.5", "memory": "256M"}}},
@@ -109,6 +134,9 @@ def test_swarm_stack_is_exactly_this(topology):
     # Swarm starts with the instances at t=0; the manager scales up at each join.
     assert doc["services"]["client"]["image"] == "busybox:1.36"
     assert doc["services"]["client"]["command"] == ["sleep", "60"]
+    # An image of the user's own: no trace directory imposed on it.
+    assert "volumes" not in doc["services"]["client"]
+    assert "COLLAPSAR_TRACE_DIR" not in doc["services"]["client"]["environment"]
     assert doc["services"]["client"]["deploy"]["replicas"] == 2
     assert doc["services"]["late"]["deploy"]["replicas"] == 0
     assert doc["services"]["collapsar-bootstrap"] == {
@@ -128,6 +156,7 @@ def test_swarm_stack_is_exactly_this(topology):
         "driver": "overlay", "attachable": True, "labels": {"org.collapsar.experiment": EXP_ID},
         "ipam": {"config": [{"subnet": "10.201.0.0/25"}]}}}
     assert doc["secrets"] == {"collapsar-metadata-key": {"file": f"./{EXP_ID}.metadata-key"}}
+    assert doc["volumes"] == {"collapsar-workload": {"labels": {"org.collapsar.experiment": EXP_ID}}}
     assert [name for name, spec in doc["services"].items() if "secrets" in spec] == ["collapsar-bootstrap"]
 
 
@@ -136,10 +165,14 @@ def test_compose_file_is_exactly_this(topology):
     assert "version" not in doc and "name" not in doc  # docker-compose v1 rejects `name`
     assert doc["services"]["server"] == {
         "image": "n:1", "command": WAITING + ["wl-node", "--port", "7000"],
-        "environment": {"MODE": "fast", "COLLAPSAR_SERVICE": "server", "COLLAPSAR_EXPERIMENT": EXP_ID},
+        "environment": {"MODE": "fast", "COLLAPSAR_SERVICE": "server", "COLLAPSAR_EXPERIMENT": EXP_ID,
+                        "COLLAPSAR_TRACE_DIR": "/collapsar/workload"},
         "labels": LABELS("instance", "server"), "networks": ["collapsar"],
         "scale": 1, "restart": "no", "cpus": 0.5, "mem_limit": "256M",
+        # Traces land beside the Compose file, in a directory named by the experiment.
+        "volumes": [f"./{EXP_ID}.workload:/collapsar/workload"],
     }
+    assert "volumes" not in doc["services"]["client"] and "volumes" not in doc
     # Compose: two at t=0 plus one join, the third held stopped until its join.
     assert doc["services"]["client"]["scale"] == 3
     assert doc["services"]["late"]["scale"] == 1

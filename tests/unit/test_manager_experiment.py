@@ -1,6 +1,8 @@
 """What local mode takes from an experiment: instances over the whole run,
 commands with their environment, and whether netem is needed."""
 
+import os
+
 import pytest
 
 from collapsar.errors import CollapsarError, Where
@@ -9,6 +11,7 @@ from collapsar.manager.addressing import plan_network
 from collapsar.manager.core import needs_netem
 from collapsar.manager.dryrun import describe_run
 from collapsar.manager.experiment import all_instances, launches, paths_from, service_of, timeline_paths
+from collapsar.manager.programs import workload_build_dir
 
 from test_manager_fakes import FakeState, full_mesh, path, timeline_of
 
@@ -41,7 +44,15 @@ def test_launch_carries_argv_env_workdir_and_identity():
     web2 = result["web-2"]
     assert web2.argv == ("srv", "--port", "80") and web2.cwd == "/srv"
     assert web2.env == {"MODE": "fast", "COLLAPSAR_INSTANCE": "web-2", "COLLAPSAR_SERVICE": "web",
-                        "COLLAPSAR_IP": "10.77.0.3", "COLLAPSAR_RUN_ID": "a1b2c3"}
+                        "COLLAPSAR_IP": "10.77.0.3", "COLLAPSAR_RUN_ID": "a1b2c3",
+                        # this host's PATH, then the built workload tools (programs.py)
+                        "PATH": f"{os.environ['PATH']}:{workload_build_dir()}"}
+
+
+def test_a_services_own_path_comes_first_and_the_tools_after_it():
+    exp = experiment(Service("web", ("srv",), env={"PATH": "/opt/mine/bin"}))
+    launch = launches(exp, ["web"], plan_network("a1b2c3", ["web"]))["web"]
+    assert launch.env["PATH"] == f"/opt/mine/bin:{workload_build_dir()}"
 
 
 def test_image_only_service_is_rejected_with_its_place():

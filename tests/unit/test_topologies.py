@@ -102,3 +102,12 @@ def test_collapse_command_table_and_errors(capsys):
     assert "--at: expected a duration" in capsys.readouterr().err
     assert main(["collapse", demo, "--from", "nobody"]) == 1
     assert "no instance 'nobody'" in capsys.readouterr().err
+
+
+def test_every_example_is_run_by_the_tier_it_needs():
+    """tests/kernel/test_examples_run.py runs the examples without delay, jitter
+    or loss on this host; tests/vm/test_examples_vm.py runs the others in the VM."""
+    from examples_support import HOST_EXAMPLES, VM_EXAMPLES, needs_netem
+
+    assert sorted(HOST_EXAMPLES + VM_EXAMPLES) == [path.name for path in FILES]
+    assert [path.name for path in FILES if needs_netem(path)] == sorted(VM_EXAMPLES)

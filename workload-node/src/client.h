@@ -4,6 +4,7 @@
 #include "ops.h"
 #include "output.h"
 #include "pacing.h"
+#include "records_dw.h"
 #include "trace.h"
 
 #include <pthread.h>
@@ -23,6 +24,18 @@ struct client {
 	struct wl_trace *trace;
 	uint64_t start_ns, rt_offset_ns;
 	volatile int stop;
+	/* DistWalk's connection and output options (client_args.c) */
+	struct wl_addr bind_addr; /* -b: connect from here */
+	bool has_bind, nonblock, conn_times, stag_send;
+	uint32_t retry_num;       /* --retry-num: connection attempts after a failed one */
+	uint64_t retry_period_ns; /* --retry-period */
+	struct wl_dw_output dw_out; /* -o with DistWalk's sub-options, .txt or --nano */
+};
+
+/* Per request, when tracing: the trace context it carries and its size. */
+struct wl_req_trace {
+	uint8_t trace_id[16], span_id[8];
+	uint32_t req_bytes;
 };
 
 struct pair {
@@ -30,7 +43,9 @@ struct pair {
 	int index;
 	pthread_t sender, receiver;
 	struct wl_record *recs;
-	uint8_t (*ids)[24]; /* trace id + span id per request, when tracing */
+	struct wl_req_trace *ids; /* when tracing */
+	uint64_t *conn_ns;  /* --conn-times: each session's connect() time */
+	int udp_refused;    /* UDP: the node's port refused a datagram (ICMP); outstanding requests are ERR (atomic) */
 	uint64_t sent;      /* requests sent so far (atomic) */
 	int64_t sess_end;   /* index where the current session's sending ended, or -1 */
 	uint64_t lo, hi;
@@ -56,6 +71,7 @@ struct wl_rx {
 	struct wl_buf in;
 	uint64_t cursor; /* oldest request not yet resolved */
 	uint64_t tail_left, tail_id; /* bytes still to drop of a large reply */
+	uint32_t tail_len;           /* that reply's whole length */
 	uint64_t last_rx_ns;         /* when bytes last arrived */
 	uint8_t tail_status;
 	bool lost, udp;
@@ -75,10 +91,23 @@ void wl_pair_run(struct pair *p, wl_session_fn session); /* pin, then every sess
 uint64_t wl_pair_send(struct pair *p, struct wl_sendq *q, int fd, uint64_t i, uint64_t hi, uint32_t session,
 		      bool *broken);
 
+/* connect.c: session's connection (-b, --retry-num, --non-block, --conn-times); -1 (said) if none */
+int wl_session_connect(struct pair *p, uint32_t session);
+
 /* solo.c: closed loop and --busy-poll: one thread sends and receives */
 void *wl_solo_main(void *arg);
 
+/* collect.c: with COLLAPSAR_TRACE_DIR and no --trace, the per-request records
+ * (as they resolve, flushed every second) and the summary go to the run
+ * directory (rundir.h). *out stays NULL when not collecting; -1 (said) on failure. */
+struct wl_collect;
+int wl_collect_start(struct wl_collect **out, struct client *cl, struct pair *pairs);
+int wl_collect_finish(struct wl_collect *c, const struct wl_summary *total); /* frees c */
+
 /* replies.c */
+/* Request i never left (its session could not connect): its ERR gets a
+ * span too, so that a trace counts what the summary counts. */
+void wl_rx_span_unsent(struct pair *p, uint64_t i);
 void wl_rx_init(struct wl_rx *rx, int fd, uint64_t lo, bool udp);
 void wl_rx_free(struct wl_rx *rx);
 void wl_rx_expire(struct pair *p, struct wl_rx *rx, uint64_t now); /* resolve lost and timed-out requests */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 static double iterations_per_ns;
+static bool loop_all; /* --loops-per-usec: every COMPUTE that is not wall time runs the loop */
 static volatile uint64_t sink; /* keeps the loop from being optimized away */
 
 static uint64_t spin(uint64_t iterations)
@@ -39,6 +40,16 @@ void wl_compute_calibrate(void)
 	fprintf(stderr, "wl-node: calibrated loop: %.1f iterations/us\n", best * 1e3);
 }
 
+void wl_compute_loops(double loops_per_us)
+{
+	if (loops_per_us < 0)
+		return;
+	loop_all = true;
+	if (loops_per_us > 0)
+		iterations_per_ns = loops_per_us / 1e3;
+	fprintf(stderr, "wl-node: every COMPUTE runs a loop of %.1f iterations/us\n", iterations_per_ns * 1e3);
+}
+
 void wl_compute(struct wl_worker *w, const struct wl_op *op)
 {
 	/* Nothing to burn: skip the clock reads (thread CPU time is a system
@@ -46,7 +57,7 @@ void wl_compute(struct wl_worker *w, const struct wl_op *op)
 	if (op->compute.ns == 0)
 		return;
 	wl_worker_flush(w); /* replies already made must not wait for this work */
-	if (op->flags & WL_COMPUTE_LOOP) {
+	if ((op->flags & WL_COMPUTE_LOOP) || (loop_all && !(op->flags & WL_COMPUTE_WALL))) {
 		sink = spin((uint64_t)((double)op->compute.ns * iterations_per_ns));
 		return;
 	}

@@ -15,8 +15,6 @@ double wl_rng_unit(struct wl_rng *rng); /* uniform in [0, 1) */
 enum wl_value_kind { WL_VAL_CONST, WL_VAL_DIST, WL_VAL_SEQ, WL_VAL_FILE };
 enum wl_dist_kind { WL_DIST_UNIF, WL_DIST_EXP, WL_DIST_NORM, WL_DIST_LOGNORM, WL_DIST_GAMMA };
 
-#define WL_MAX_FLAGS 4
-
 struct wl_value {
 	enum wl_value_kind kind;
 	enum wl_dist_kind dist;
@@ -24,22 +22,27 @@ struct wl_value {
 	double constant;
 	double avg, std;      /* distribution moments as given */
 	double p1, p2;        /* derived parameters (lognorm mu/sigma, gamma shape/scale) */
-	double min, max;      /* truncation bounds (also unif range, seq range) */
+	double min, max;      /* truncation bounds and unif range; a sequence's first and last term */
 	double step;          /* seq increment (aseq) or factor (gseq) */
 	bool geometric;
 	uint64_t next_index;  /* seq/file position, shared by threads (atomic) */
 	double *samples;      /* file column */
 	size_t nsamples;
-	char flags[WL_MAX_FLAGS][16]; /* bare words after the value, e.g. "sync" */
-	int nflags;
+	const char *text;     /* the spec as written (not owned: it outlives the value) */
 };
 
-/* spec examples: "10ms", "10k,sync", "unif:min=1k,max=10k", "exp:avg=5ms,max=50ms",
- * "aseq:min=2,max=100,step=2", "file:path=trace.csv,col=2". ',' and ':' both separate. */
+/* spec.c. Both DistWalk's syntax and ours, ':' and ',' both separate:
+ * "10ms", "exp:5ms", "exp:avg=5ms,max=50ms", "norm:20:std=5", "unif:min=1k,max=10k",
+ * "lognorm:xavg=3:xstd=1", "gamma:k=2:scale=2", "aseq:min=2,max=100,step=2",
+ * "aseq:1000:max=2000" (start, step 1), "gseq:min=1:max=16" (step 2),
+ * "file:path=trace.csv,col=2" (col 1-based), "file:trace.csv,col=1,sep=;,unit=ms"
+ * (DistWalk's form: col 0-based). spec must outlive v (v->text points to it). */
 int wl_value_parse(const char *spec, enum wl_unit unit, struct wl_value *v, const char *what);
 void wl_value_const(struct wl_value *v, enum wl_unit unit, double constant);
 double wl_value_next(struct wl_value *v, struct wl_rng *rng);
-/* Term k of a sequence, clamped at its end (rate ramps); other kinds draw a sample. */
+/* Term k of a sequence, clamped at its end (rate ramps), or of a trace column
+ * (cycling); other kinds draw a sample. */
 double wl_value_term(struct wl_value *v, uint64_t k, struct wl_rng *rng);
-bool wl_value_has_flag(const struct wl_value *v, const char *flag);
+uint64_t wl_value_terms(const struct wl_value *v); /* a sequence's or column's length; 0 for others */
+double wl_value_mean(const struct wl_value *v); /* the untruncated mean (a sequence: its first term) */
 void wl_value_free(struct wl_value *v);

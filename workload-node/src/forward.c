@@ -177,7 +177,9 @@ static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
 	c->last_used_ns = wl_now_ns();
 	/* id = generation (high 32 bits) | slot: a late reply to a reused slot is ignored. */
 	uint64_t id = (uint64_t)p->gen << 32 | slot;
-	const uint8_t *span = w->trace ? p->span_id : j->span_id;
+	/* The target's serve span hangs under this send; a node that does not
+	 * trace passes its own parent on, so a traced target still links up. */
+	const uint8_t *span = w->trace ? p->span_id : j->parent_span;
 	if (c->peer.proto == WL_PROTO_UDP) {
 		if (send_datagram(w, c, &t, id, j->trace_id, span) < 0)
 			fail_now(p);
@@ -191,6 +193,8 @@ void wl_fwd_start(struct wl_job *j)
 	j->ok = j->failed = j->timeouts = j->npending = 0;
 	for (unsigned i = 0; i < WL_MAX_TARGETS; i++)
 		j->pending[i] = NO_PENDING;
+	if (j->w->trace)
+		wl_trace_new_id(j->fwd_span, 8);
 	for (unsigned i = 0; i < j->op.fwd.ntargets; i++)
 		send_attempt(j, i, 0);
 }
@@ -218,19 +222,21 @@ static void settle(struct wl_job *j)
 	bool done = j->ok >= need, lost = j->failed > n - need;
 	if (!done && !lost)
 		return;
-	for (int i = 0; i < n; i++) /* late replies to these are dropped */
-		if (j->pending[i] != NO_PENDING)
-			release(w, j->pending[i]);
-	if (w->trace) {
-		uint8_t sid[8];
-		wl_trace_new_id(sid, 8);
-		wl_trace_span(w->trace, j->trace_id, sid, j->span_id, "FORWARD", j->op_start_rt_ns, wl_realtime_ns(),
-			      done ? 0 : 2, NULL);
+	uint64_t now_rt = w->trace ? wl_realtime_ns() : 0;
+	for (int i = 0; i < n; i++) { /* late replies to these are dropped */
+		if (j->pending[i] == NO_PENDING)
+			continue;
+		if (w->trace)
+			wl_span_forward_send(&w->pend[j->pending[i]], WL_SPAN_ABANDONED, now_rt);
+		release(w, j->pending[i]);
 	}
+	uint8_t status = done ? WL_ST_OK : j->timeouts ? WL_ST_TIMEOUT : WL_ST_ERR;
+	if (w->trace)
+		wl_span_forward(j, status, now_rt);
 	if (done)
 		wl_job_resume(j);
 	else
-		wl_job_finish(j, j->timeouts ? WL_ST_TIMEOUT : WL_ST_ERR);
+		wl_job_finish(j, status);
 }
 
 static void target_result(struct wl_worker *w, uint32_t slot, uint8_t status)
@@ -239,8 +245,7 @@ static void target_result(struct wl_worker *w, uint32_t slot, uint8_t status)
 	struct wl_job *j = p->job;
 	unsigned target = p->target, attempt = p->attempt;
 	if (w->trace)
-		wl_trace_span(w->trace, j->trace_id, p->span_id, j->span_id, "forward-hop", p->start_rt_ns,
-			      wl_realtime_ns(), status, NULL);
+		wl_span_forward_send(p, status, wl_realtime_ns());
 	release(w, slot);
 	if (status != WL_ST_OK && attempt < j->op.fwd.retries) {
 		WL_COUNT(w, fwd_retries, 1);

@@ -25,15 +25,17 @@ static struct wl_conn *job_origin(const struct wl_job *j)
 	return c && c->gen == j->conn_gen && !c->dead ? c : NULL;
 }
 
+/* A datagram carries at most 64 KiB: a larger reply size is an error reply. */
+#define UDP_REPLY_MAX 65000
+
 static void udp_reply(struct wl_job *j, uint8_t status)
 {
 	struct wl_worker *w = j->w;
 	struct wl_buf b = {0};
-	/* A datagram carries at most 64 KiB: a larger reply size is an error reply. */
-	uint32_t len = j->reply_len > 65000 ? WL_REPLY_MIN : j->reply_len;
-	wl_put_reply(&b, j->id, j->trace_id, j->reply_len > 65000 ? WL_ST_ERR : status, len);
+	uint32_t len = j->reply_len > UDP_REPLY_MAX ? WL_REPLY_MIN : j->reply_len;
+	wl_put_reply(&b, j->id, j->trace_id, j->reply_len > UDP_REPLY_MAX ? WL_ST_ERR : status, len);
 	if (wl_enc_ok(&b) == 0 &&
-	    sendto(j->udp_fd, b.data, b.len, 0, (struct sockaddr *)&j->udp_peer, j->udp_peerlen) < 0)
+	    sendto(j->udp_fd, b.data, b.len, 0, (struct sockaddr *)&j->peer, j->peerlen) < 0)
 		wl_err("worker %d: udp reply: %s", w->index, strerror(errno));
 	else
 		WL_COUNT(w, bytes_out, b.len);
@@ -45,9 +47,11 @@ void wl_job_finish(struct wl_job *j, uint8_t status)
 {
 	struct wl_worker *w = j->w;
 	struct wl_conn *c = job_origin(j);
-	if (w->trace)
-		wl_trace_span(w->trace, j->trace_id, j->span_id, j->parent_span, "request", j->start_rt_ns,
-			      wl_realtime_ns(), status, NULL);
+	if (w->trace) {
+		bool udp_err = j->udp_fd >= 0 && j->reply_len > UDP_REPLY_MAX;
+		uint32_t sent = udp_err ? WL_REPLY_MIN : j->udp_fd >= 0 || c ? j->reply_len : 0;
+		wl_span_serve(j, udp_err ? WL_ST_ERR : status, sent, wl_realtime_ns());
+	}
 	if (c)
 		c->held -= j->held;
 	if (j->udp_fd >= 0) {
@@ -68,13 +72,6 @@ void wl_job_finish(struct wl_job *j, uint8_t status)
 		wl_conn_progress(c);
 }
 
-void wl_job_span(struct wl_job *j, const char *name, uint64_t start_rt_ns)
-{
-	uint8_t sid[8];
-	wl_trace_new_id(sid, 8);
-	wl_trace_span(j->w->trace, j->trace_id, sid, j->span_id, name, start_rt_ns, wl_realtime_ns(), 0, NULL);
-}
-
 void wl_job_resume(struct wl_job *j)
 {
 	const char *why;
@@ -84,34 +81,39 @@ void wl_job_resume(struct wl_job *j)
 			wl_job_finish(j, rc == 0 ? WL_ST_OK : WL_ST_ERR);
 			return;
 		}
-		uint64_t t0 = j->w->trace ? wl_realtime_ns() : 0;
+		if (j->w->trace && j->op.kind != WL_OP_SKIP) {
+			j->op_start_rt_ns = wl_realtime_ns();
+			if (!j->first_op_rt_ns)
+				j->first_op_rt_ns = j->op_start_rt_ns;
+		}
 		switch (j->op.kind) {
 		case WL_OP_COMPUTE:
 			wl_compute(j->w, &j->op);
 			if (j->w->trace)
-				wl_job_span(j, "COMPUTE", t0);
+				wl_span_op(j, WL_ST_OK, wl_realtime_ns());
 			break;
 		case WL_OP_SKIP: {
 			unsigned count = j->op.skip.draw < j->op.skip.threshold ? j->op.skip.count : 0;
-			for (unsigned i = 0; i < count; i++) /* j->op is overwritten: count was copied */
+			for (unsigned i = 0; i < count; i++) { /* j->op is overwritten: count was copied */
 				if (wl_chain_next(&j->cur, &j->op, &why) <= 0)
 					break;
+				j->skipped++; /* the serve span's wl.skipped */
+			}
 			break;
 		}
 		case WL_OP_LOAD:
 		case WL_OP_STORE:
-			j->op_start_rt_ns = t0;
 			wl_storage_submit(j->w->node->storage, j);
 			return;
 		case WL_OP_FORWARD:
-			j->op_start_rt_ns = t0;
 			wl_fwd_start(j);
 			return;
 		}
 	}
 }
 
-static struct wl_job *job_new(struct wl_worker *w, const uint8_t *msg, size_t used, const struct wl_hdr *hdr)
+static struct wl_job *job_new(struct wl_worker *w, const uint8_t *msg, size_t used, const struct wl_hdr *hdr,
+			      uint64_t rx_rt_ns)
 {
 	struct wl_job *j = calloc(1, sizeof(*j));
 	uint8_t *copy = malloc(used); /* padding after the chain is not kept */
@@ -129,16 +131,15 @@ static struct wl_job *job_new(struct wl_worker *w, const uint8_t *msg, size_t us
 	j->conn_slot = UINT32_MAX;
 	memcpy(j->trace_id, hdr->trace_id, 16);
 	memcpy(j->parent_span, hdr->parent_span, 8);
-	if (w->trace) {
-		j->start_rt_ns = wl_realtime_ns();
-		wl_trace_new_id(j->span_id, 8);
-	}
+	if (w->trace)
+		wl_span_job_init(j, hdr, rx_rt_ns);
 	wl_request_chain(copy, used, &j->reply_len, &j->cur);
 	j->held = job_charge(j, used);
 	return j;
 }
 
-struct wl_job *wl_job_accept(struct wl_worker *w, const uint8_t *msg, size_t len, enum wl_cap *cap)
+struct wl_job *wl_job_accept(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns,
+			     enum wl_cap *cap)
 {
 	const char *why;
 	size_t used;
@@ -150,7 +151,7 @@ struct wl_job *wl_job_accept(struct wl_worker *w, const uint8_t *msg, size_t len
 	wl_decode_hdr(msg, len, &hdr, &why);
 	WL_COUNT(w, requests, 1);
 	*cap = wl_caps_check(&w->node->cfg, msg, used);
-	return job_new(w, msg, used, &hdr);
+	return job_new(w, msg, used, &hdr, rx_rt_ns);
 }
 
 void wl_job_start(struct wl_job *j, struct wl_conn *origin, enum wl_cap cap)
@@ -158,6 +159,10 @@ void wl_job_start(struct wl_job *j, struct wl_conn *origin, enum wl_cap cap)
 	j->conn_slot = origin->slot;
 	j->conn_gen = origin->gen;
 	origin->held += j->held;
+	if (j->w->trace && j->udp_fd < 0) { /* wl.peer; a UDP job has its sender already */
+		j->peer = origin->peer.sa;
+		j->peerlen = origin->peer.salen;
+	}
 	if (cap == WL_CAP_NONE) {
 		wl_job_resume(j);
 		return;

@@ -1,15 +1,15 @@
 /* wl-node: the workload server. Options, sockets per accept mode, worker
  * threads, the storage thread, and signals (SIGINT/SIGTERM stop cleanly,
  * SIGUSR1 prints live counters). */
-#include "node.h"
+#include "node_args.h"
 #include "trace.h"
 #include "units.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,147 +19,16 @@
 
 void *wl_worker_main(void *arg);
 
-static const char usage[] =
-	"usage: wl-node [options]\n"
-	"  -b, --bind-addr ADDR     [tcp://|udp://]host:port, repeatable (default tcp://0.0.0.0:7891)\n"
-	"      --nt N               worker threads (default 1)\n"
-	"  -c, --cpus LIST          pin worker i to the i-th cpu of LIST (e.g. 2-18)\n"
-	"      --sched POLICY       other:NICE | rr:PRIO | fifo:PRIO | deadline:RUNTIME,DEADLINE,PERIOD\n"
-	"      --am MODE            accept mode: child (default) | shared | parent\n"
-	"      --pm MODE            poll mode: epoll (default) | poll | select\n"
-	"      --backlog N          listen backlog (default 1024)\n"
-	"      --no-delay 0|1       TCP_NODELAY on accepted and forward sockets (default 1)\n"
-	"  -s, --storage PATH       storage file, never a symlink (default: $TMPDIR/wl-node-UID/PID.storage,\n"
-	"                           private to this node and removed when it exits)\n"
-	"  -m, --max-storage-size B offsets wrap at this size (default 1g)\n"
-	"      --odirect            open the storage file with O_DIRECT\n"
-	"      --sync PERIOD        periodic fsync period for psync stores (default 100ms)\n"
-	"      --trace FILE         write OpenTelemetry JSON spans of every request\n"
-	"      --busy-poll          workers poll without sleeping (lower latency, a full core each)\n"
-	"      --busy-poll-for TIME poll up to TIME after the last event before blocking\n"
-	"      --idle-poll          keep every CPU out of its idle state with a lowest-priority spinner\n"
-	"                           (idle=poll from user space: cheaper wake-ups, CPUs shown 100% busy)\n"
-	"caps (a request over one is answered ERR and counted):\n";
-
-static int parse_mode(const char *arg, const char *const *names, int n, const char *what)
+/* --thread-affinity auto: worker i on the i-th CPU this process may use. */
+static int allowed_cpus(struct wl_node_cfg *cfg)
 {
-	for (int i = 0; i < n; i++)
-		if (!strcmp(arg, names[i]))
-			return i;
-	return wl_err("%s: '%s' is not one of the accepted values (see --help)", what, arg);
-}
-
-static int parse_args(int argc, char **argv, struct wl_node_cfg *cfg)
-{
-	static const struct option fixed[] = {
-		{"bind-addr", required_argument, 0, 'b'}, {"nt", required_argument, 0, 't'},
-		{"num-threads", required_argument, 0, 't'}, {"cpus", required_argument, 0, 'c'},
-		{"sched", required_argument, 0, 'P'}, {"am", required_argument, 0, 'A'},
-		{"accept-mode", required_argument, 0, 'A'}, {"pm", required_argument, 0, 'M'},
-		{"poll-mode", required_argument, 0, 'M'}, {"backlog", required_argument, 0, 'B'},
-		{"no-delay", required_argument, 0, 'N'}, {"storage", required_argument, 0, 's'},
-		{"max-storage-size", required_argument, 0, 'm'}, {"odirect", no_argument, 0, 'O'},
-		{"sync", required_argument, 0, 'S'}, {"trace", required_argument, 0, 'T'},
-		{"busy-poll", no_argument, 0, 'Y'}, {"busy-poll-for", required_argument, 0, 'W'},
-		{"idle-poll", no_argument, 0, 'I'}, {"help", no_argument, 0, 'h'},
-	};
-	struct option opts[sizeof(fixed) / sizeof(fixed[0]) + 16];
-	size_t nopts = sizeof(fixed) / sizeof(fixed[0]);
-	memcpy(opts, fixed, sizeof(fixed));
-	nopts = wl_caps_options(opts, nopts, sizeof(opts) / sizeof(opts[0]) - 1);
-	opts[nopts] = (struct option){0, 0, 0, 0};
-	static const char *const am_names[] = {"child", "shared", "parent"};
-	static const char *const pm_names[] = {"epoll", "poll", "select"};
-	double v;
-	int o, mode;
-	while ((o = getopt_long(argc, argv, "b:c:s:m:h", opts, NULL)) != -1) {
-		switch (o) {
-		case 'b':
-			if (cfg->nbinds == WL_MAX_BINDS)
-				return wl_err("--bind-addr: at most %d addresses", WL_MAX_BINDS);
-			if (wl_addr_parse(optarg, &cfg->binds[cfg->nbinds], "--bind-addr") < 0)
-				return -1;
-			cfg->nbinds++;
-			break;
-		case 't':
-			if (wl_parse_number(optarg, WL_UNIT_COUNT, &v, "--nt") < 0)
-				return -1;
-			if (v < 1 || v > 1024)
-				return wl_err("--nt: %s is not 1..1024", optarg);
-			cfg->nthreads = (int)v;
-			break;
-		case 'c':
-			if ((cfg->ncpus = wl_parse_cpulist(optarg, cfg->cpus, WL_MAX_CPUS)) < 0)
-				return -1;
-			break;
-		case 'P':
-			if (wl_sched_parse(optarg, &cfg->sched) < 0)
-				return -1;
-			break;
-		case 'A':
-			if ((mode = parse_mode(optarg, am_names, 3, "--am")) < 0)
-				return -1;
-			cfg->accept_mode = (enum wl_accept_mode)mode;
-			break;
-		case 'M':
-			if ((mode = parse_mode(optarg, pm_names, 3, "--pm")) < 0)
-				return -1;
-			cfg->poll_mode = (enum wl_poll_mode)mode;
-			break;
-		case 'B':
-			if (wl_parse_number(optarg, WL_UNIT_COUNT, &v, "--backlog") < 0)
-				return -1;
-			cfg->backlog = (int)v;
-			break;
-		case 'N': cfg->nodelay = strcmp(optarg, "0") != 0; break;
-		case 's': cfg->storage_path = optarg; break;
-		case 'm':
-			if (wl_parse_number(optarg, WL_UNIT_BYTES, &v, "--max-storage-size") < 0)
-				return -1;
-			if (v < 4096)
-				return wl_err("--max-storage-size: %s is below 4k", optarg);
-			cfg->storage_max_bytes = (uint64_t)v;
-			break;
-		case 'O': cfg->odirect = true; break;
-		case 'S':
-			if (wl_parse_number(optarg, WL_UNIT_TIME, &v, "--sync") < 0)
-				return -1;
-			if (v <= 0)
-				return wl_err("--sync: the period must be above 0");
-			cfg->psync_period_ns = (uint64_t)(v * 1000.0);
-			break;
-		case 'T': cfg->trace_path = optarg; break;
-		case 'Y': cfg->busy_poll = true; break;
-		case 'I': cfg->idle_poll = true; break;
-		case 'W':
-			if (wl_parse_number(optarg, WL_UNIT_TIME, &v, "--busy-poll-for") < 0)
-				return -1;
-			if (v < 0 || v > 1e6)
-				return wl_err("--busy-poll-for: '%s' is not within 0..1s", optarg);
-			cfg->poll_window_ns = (uint64_t)(v * 1000);
-			break;
-		case 'h':
-			fputs(usage, stdout);
-			wl_caps_usage(stdout);
-			exit(0);
-		default:
-			if (wl_caps_is_option(o)) {
-				if (wl_caps_parse(o, optarg, cfg) < 0)
-					return -1;
-				break;
-			}
-			fputs(usage, stderr);
-			wl_caps_usage(stderr);
-			return -1;
-		}
-	}
-	if (optind < argc)
-		return wl_err("unexpected argument '%s' (see --help)", argv[optind]);
-	if (cfg->sched.policy == WL_SCHED_DEADLINE && cfg->ncpus)
-		return wl_err("--sched deadline cannot be combined with -c: the kernel refuses SCHED_DEADLINE"
-			      " threads pinned to a subset of the CPUs");
-	if (cfg->nbinds == 0 && wl_addr_parse("tcp://0.0.0.0:7891", &cfg->binds[cfg->nbinds++], "default bind") < 0)
-		return -1;
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return wl_err("--thread-affinity auto: sched_getaffinity: %s", strerror(errno));
+	cfg->ncpus = 0;
+	for (int c = 0; c < CPU_SETSIZE && cfg->ncpus < WL_MAX_CPUS; c++)
+		if (CPU_ISSET(c, &set))
+			cfg->cpus[cfg->ncpus++] = c;
 	return 0;
 }
 
@@ -337,11 +206,17 @@ static void announce(const struct wl_node *node)
 int main(int argc, char **argv)
 {
 	static struct wl_node node = {.cfg = {.nthreads = 1, .backlog = 1024, .nodelay = true,
-					      .storage_max_bytes = 1ull << 30, .psync_period_ns = 100000000}};
+					      .storage_max_bytes = 1ull << 30, .psync_period_ns = 100000000,
+					      .loops_per_us = -1}};
 	wl_set_progname("wl-node");
 	wl_caps_defaults(&node.cfg);
-	if (parse_args(argc, argv, &node.cfg) < 0)
-		return 2;
+	switch (wl_node_args(&node.cfg, argc, argv)) {
+	case WL_ARGS_BAD: return 2;
+	case WL_ARGS_EXIT: return 0;
+	case WL_ARGS_RUN: break;
+	}
+	if (node.cfg.cpus_auto && allowed_cpus(&node.cfg) < 0)
+		return 1;
 	if (wl_caps_fd_budget(&node.cfg) < 0)
 		return 1;
 	sigset_t sigs;
@@ -354,12 +229,15 @@ int main(int argc, char **argv)
 	if (pthread_sigmask(SIG_BLOCK, &sigs, NULL) != 0)
 		return wl_err("pthread_sigmask failed"), 1;
 	struct wl_trace *trace = NULL;
-	if (node.cfg.trace_path && !(trace = wl_trace_open(node.cfg.trace_path, "wl-node")))
-		return 1;
+	int trace_rc = wl_trace_setup(node.cfg.trace_path, "wl-node", &trace); /* --trace, or the run directory */
+	if (trace_rc != 0)
+		return trace_rc;
 	node.workers = calloc((size_t)node.cfg.nthreads, sizeof(*node.workers));
 	if (!node.workers)
 		return wl_err("out of memory for %d workers", node.cfg.nthreads), 1;
-	wl_compute_calibrate();
+	if (node.cfg.loops_per_us <= 0)
+		wl_compute_calibrate();
+	wl_compute_loops(node.cfg.loops_per_us);
 	if (open_shared_sockets(&node) < 0 || wl_storage_open(&node) < 0)
 		return 1;
 	for (int i = 0; i < node.cfg.nthreads; i++) {

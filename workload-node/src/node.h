@@ -56,6 +56,12 @@ struct wl_node_cfg {
 	bool odirect, busy_poll, idle_poll;
 	uint64_t poll_window_ns; /* --busy-poll-for: poll this long after the last event before blocking */
 	struct wl_sched sched; /* --sched, for the workers */
+	/* DistWalk's options (node_args.c) */
+	bool cpus_auto;      /* --thread-affinity auto: the CPUs this process may use, in order */
+	bool sync_given;     /* --sync: a syncing STORE is flushed by the periodic fsync, not one of its own */
+	bool storage_spin;   /* --wait-spin-storage: the storage thread polls its queue instead of sleeping */
+	double loops_per_us; /* --loops-per-usec: every COMPUTE a loop of this many iterations per us (0:
+			      * calibrated at start); below 0, only -C ...,loop ops */
 	/* caps (caps.c): every one a flag with a default */
 	uint64_t max_reply_bytes, max_request_bytes, max_compute_ns, max_backlog_bytes;
 	uint64_t max_conns, max_fwd_conns, fwd_idle_ns;
@@ -80,6 +86,7 @@ struct wl_conn {
 	struct wl_addr peer;   /* outbound target */
 	uint32_t npend;        /* outbound: forwards waiting for a reply on it */
 	uint64_t last_used_ns; /* outbound: last forward sent or settled */
+	uint64_t rx_rt_ns;     /* tracing: when bytes last arrived (CLOCK_REALTIME) */
 	struct wl_conn *next_dead;
 };
 
@@ -87,11 +94,15 @@ struct wl_job {
 	struct wl_worker *w;
 	uint32_t conn_slot, conn_gen; /* TCP origin; stale once the client is gone */
 	int udp_fd;                   /* UDP origin, or -1 */
-	struct sockaddr_storage udp_peer;
-	socklen_t udp_peerlen;
+	struct sockaddr_storage peer; /* the sender: where a UDP reply goes; for TCP only when tracing */
+	socklen_t peerlen;
 	uint64_t id;
-	uint8_t trace_id[16], span_id[8], parent_span[8];
-	uint64_t start_rt_ns;
+	/* tracing (spans.c): the serve span, its start (the request read whole),
+	 * when its first op started, the forward span of the FORWARD in progress */
+	uint8_t trace_id[16], span_id[8], parent_span[8], fwd_span[8];
+	uint64_t start_rt_ns, first_op_rt_ns;
+	uint32_t req_bytes;
+	uint16_t skipped;
 	uint8_t *msg;
 	struct wl_cursor cur;
 	uint32_t reply_len;
@@ -163,12 +174,20 @@ struct wl_node {
 /* job.c */
 /* A complete message: validated (NULL, counted, if it breaks a rule), copied
  * without its padding; *cap says which cap it exceeds, if any. */
-struct wl_job *wl_job_accept(struct wl_worker *w, const uint8_t *msg, size_t len, enum wl_cap *cap);
+struct wl_job *wl_job_accept(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns,
+			     enum wl_cap *cap);
 /* Charge the job to its origin and run it, or answer ERR at once for a cap. */
 void wl_job_start(struct wl_job *job, struct wl_conn *origin, enum wl_cap cap);
 void wl_job_resume(struct wl_job *job);                 /* continue the chain */
 void wl_job_finish(struct wl_job *job, uint8_t status); /* reply and free */
-void wl_job_span(struct wl_job *job, const char *name, uint64_t start_rt_ns); /* a trace span for one op */
+
+/* spans.c: the node's spans (only when the worker traces); status is a wl.status (trace.h) */
+void wl_span_job_init(struct wl_job *job, const struct wl_hdr *hdr, uint64_t rx_rt_ns); /* ids, start */
+void wl_span_serve(const struct wl_job *job, int status, uint32_t reply_bytes, uint64_t end_rt_ns);
+void wl_span_op(const struct wl_job *job, int status, uint64_t end_rt_ns); /* COMPUTE, LOAD, STORE */
+void wl_span_forward(const struct wl_job *job, int status, uint64_t end_rt_ns);
+void wl_span_forward_send(const struct wl_pending *p, int status, uint64_t end_rt_ns);
+void wl_span_refused(struct wl_conn *c, const struct wl_hdr *hdr); /* over --max-request, never read */
 
 /* worker.c (the loop) and conn.c (connections) */
 bool wl_conn_admit(struct wl_worker *w); /* a client connection within --max-conns (else counted) */
@@ -209,6 +228,7 @@ int wl_sched_apply(const struct wl_sched *s, const char *who); /* to the calling
 
 /* compute.c */
 void wl_compute_calibrate(void);
+void wl_compute_loops(double loops_per_us); /* --loops-per-usec (after calibrating, when 0) */
 void wl_compute(struct wl_worker *w, const struct wl_op *op);
 
 /* forward.c */

@@ -1,6 +1,6 @@
 /* ops: the client's operation chain as templates (values not yet drawn),
- * built from the command line in order, and encoded into one concrete
- * request per send (every value drawn then, from the sender's PRNG). */
+ * built from the command line in order (chain_args.c), and encoded into one
+ * concrete request per send (every value drawn then, from the sender's PRNG). */
 #pragma once
 #include "dist.h"
 #include "net.h"
@@ -14,6 +14,7 @@ struct wl_op_tmpl {
 	struct wl_value offset; /* LOAD/STORE */
 	bool has_offset;
 	uint16_t skip_count;
+	uint32_t skip_every; /* SKIP: only on every n-th request of a pair (request index % n == 0) */
 	/* FORWARD */
 	uint32_t timeout_us;
 	uint8_t retries, nack, ntargets;
@@ -39,15 +40,9 @@ struct wl_workload {
 };
 
 void wl_workload_init(struct wl_workload *wk);
-int wl_workload_compute(struct wl_workload *wk, const char *spec);
-int wl_workload_io(struct wl_workload *wk, uint8_t kind, const char *spec);
-int wl_workload_offset(struct wl_workload *wk, uint8_t kind, const char *spec);
-int wl_workload_skip(struct wl_workload *wk, const char *spec);
-int wl_workload_forward(struct wl_workload *wk, const char *spec);
-int wl_workload_end_forward(struct wl_workload *wk);
-int wl_workload_next_branch(struct wl_workload *wk);
-int wl_workload_size(struct wl_workload *wk, bool reply, const char *spec);
-int wl_workload_finish(struct wl_workload *wk); /* apply trailing offsets, check the tree */
+/* The chain is built from the command line by chain_args.c. */
+/* A request id is the pair's index << 40 | the request's index within the pair. */
+#define WL_SEQ_MASK 0xffffffffffull
 /* Encode one request; returns 0 or -1 (e.g. a forward op above its 64 KiB encoding limit). */
 int wl_workload_encode(struct wl_workload *wk, struct wl_buf *b, uint64_t id, const uint8_t trace_id[16],
 		       const uint8_t parent_span[8], struct wl_rng *rng);

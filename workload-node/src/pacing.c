@@ -2,6 +2,7 @@
 #include "pacing.h"
 
 #include <errno.h>
+#include <math.h>
 #include <time.h>
 
 void wl_pace_init(struct wl_pace *p, enum wl_pace_mode mode, struct wl_value *value, uint64_t step_ns, bool spin)
@@ -16,8 +17,32 @@ static double step_rate(struct wl_pace *p, struct wl_rng *rng)
 	return r < 1.0 / 3600 ? 0 : r;
 }
 
+/* Request i of a step is due i / rate after the step's start. */
+static uint64_t due_in_step(uint64_t i, double rate) { return (uint64_t)((double)i * 1e9 / rate); }
+
+uint64_t wl_pace_step_count(double rate, uint64_t step_ns)
+{
+	if (rate < 1.0 / 3600)
+		return 0;
+	uint64_t n = (uint64_t)ceil(rate * (double)step_ns / 1e9);
+	while (n > 0 && due_in_step(n - 1, rate) >= step_ns)
+		n--;
+	while (due_in_step(n, rate) < step_ns)
+		n++;
+	return n;
+}
+
+uint64_t wl_pace_mean_period_ns(const struct wl_pace *p)
+{
+	double mean = wl_value_mean(p->value);
+	if (mean <= 0)
+		return 0;
+	return (uint64_t)(p->mode == WL_PACE_RATE ? 1e9 / mean : mean * 1000.0);
+}
+
 uint64_t wl_pace_next(struct wl_pace *p, uint64_t start_ns, struct wl_rng *rng)
 {
+	start_ns += p->offset_ns;
 	switch (p->mode) {
 	case WL_PACE_CLOSED: { /* the first request waits for the common start, like an open-loop one */
 		uint64_t now = wl_now_ns();
@@ -46,7 +71,7 @@ uint64_t wl_pace_next(struct wl_pace *p, uint64_t start_ns, struct wl_rng *rng)
 		for (;;) {
 			p->step_end_ns = p->step_start_ns + p->step_ns;
 			if (p->rate > 0) {
-				p->next_ns = p->step_start_ns + (uint64_t)((double)p->in_step * 1e9 / p->rate);
+				p->next_ns = p->step_start_ns + due_in_step(p->in_step, p->rate);
 				if (p->next_ns < p->step_end_ns)
 					return p->next_ns;
 			}

@@ -34,13 +34,16 @@ static int send_all(int fd, const uint8_t *p, size_t n)
 /* The session's connection; if the node is unreachable, the session's requests are ERR. */
 static int pair_connect(struct pair *p, uint64_t lo, uint64_t hi, uint32_t session)
 {
-	int fd = wl_connect(&p->cl->to, false, p->cl->nodelay);
+	int fd = wl_session_connect(p, session);
 	if (fd >= 0)
 		return fd;
 	for (uint64_t i = lo; i < hi; i++) {
 		p->recs[i].send_ns = wl_now_ns();
 		p->recs[i].session = session;
 		p->recs[i].status = WL_ST_ERR;
+		__atomic_store_n(&p->recs[i].done, 1, __ATOMIC_RELEASE); /* resolved: collect.c may write it */
+		if (p->cl->trace)
+			wl_rx_span_unsent(p, i);
 		p->sum.err++;
 	}
 	__atomic_store_n(&p->sent, hi, __ATOMIC_RELEASE);
@@ -65,9 +68,10 @@ uint64_t wl_pair_send(struct pair *p, struct wl_sendq *q, int fd, uint64_t i, ui
 		size_t mark = q->buf.len;
 		const uint8_t *tid = NULL, *sid = NULL;
 		if (cl->trace) {
-			wl_trace_new_id(p->ids[i], 24);
-			tid = p->ids[i];
-			sid = p->ids[i] + 16;
+			wl_trace_new_id(p->ids[i].trace_id, 16);
+			wl_trace_new_id(p->ids[i].span_id, 8);
+			tid = p->ids[i].trace_id;
+			sid = p->ids[i].span_id;
 		}
 		due[i - first] = q->due;
 		q->have_due = false;
@@ -78,6 +82,8 @@ uint64_t wl_pair_send(struct pair *p, struct wl_sendq *q, int fd, uint64_t i, ui
 		}
 		p->recs[i].session = session;
 		p->recs[i].status = 0;
+		if (cl->trace)
+			p->ids[i].req_bytes = (uint32_t)(q->buf.len - mark);
 		i++;
 		/* UDP: a datagram is one request, never a batch */
 		if (i == hi || cl->pace_mode == WL_PACE_CLOSED || cl->to.proto == WL_PROTO_UDP ||
@@ -98,8 +104,12 @@ uint64_t wl_pair_send(struct pair *p, struct wl_sendq *q, int fd, uint64_t i, ui
 		__atomic_store_n(&p->recs[k].send_ns, now, __ATOMIC_RELEASE);
 	}
 	__atomic_store_n(&p->sent, i, __ATOMIC_RELEASE);
-	if (send_all(fd, q->buf.data, q->buf.len) < 0)
-		*broken = true; /* the receiver sees the broken connection and marks ERR */
+	if (send_all(fd, q->buf.data, q->buf.len) < 0) {
+		if (cl->to.proto == WL_PROTO_UDP && errno == ECONNREFUSED) /* an earlier datagram's ICMP: */
+			__atomic_store_n(&p->udp_refused, 1, __ATOMIC_RELEASE); /* nobody listens, the receiver says ERR */
+		else
+			*broken = true; /* the receiver sees the broken connection and marks ERR */
+	}
 	return i;
 }
 
@@ -165,6 +175,8 @@ void wl_pair_run(struct pair *p, wl_session_fn session)
 		wl_pin_thread(cl->cpus[p->index % cl->ncpus], who);
 	}
 	wl_pace_init(&q.pace, cl->pace_mode, &cl->pace_value, cl->rss_ns, cl->spin);
+	if (cl->stag_send && cl->pace_mode != WL_PACE_CLOSED) /* pair i starts i/nt of a mean period late */
+		q.pace.offset_ns = wl_pace_mean_period_ns(&q.pace) * (uint64_t)p->index / (uint64_t)cl->npairs;
 	for (uint64_t s = 0; s < cl->nsessions && !cl->stop; s++) {
 		uint64_t lo = cl->nreq * s / cl->nsessions, hi = cl->nreq * (s + 1) / cl->nsessions;
 		if (lo == hi)

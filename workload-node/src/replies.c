@@ -20,14 +20,45 @@ void wl_rx_init(struct wl_rx *rx, int fd, uint64_t lo, bool udp)
 
 void wl_rx_free(struct wl_rx *rx) { wl_buf_free(&rx->in); }
 
-/* replied: a reply arrived (its latency counts, whatever its status); else the client gave up. */
-static void resolve(struct pair *p, uint64_t i, uint8_t status, uint64_t now, bool replied)
+/* Request i's root span (trace.h): from its send to its reply, or to when the client gave up. */
+static void request_span(struct pair *p, uint64_t i, uint8_t status, uint64_t send_ns, uint64_t now,
+			 uint32_t reply_bytes)
+{
+	struct client *cl = p->cl;
+	const struct wl_req_trace *t = &p->ids[i];
+	struct wl_span s;
+	wl_span_begin(&s, t->trace_id, t->span_id, NULL, "request", WL_SPAN_CLIENT, send_ns + cl->rt_offset_ns,
+		      now + cl->rt_offset_ns);
+	wl_span_str(&s, "wl.target", cl->to.text);
+	wl_span_int(&s, "wl.request_id", (int64_t)((uint64_t)p->index << 40 | i)); /* the id on the wire */
+	wl_span_int(&s, "wl.attempt", 0);                                         /* the client never retries */
+	wl_span_int(&s, "wl.request.bytes", t->req_bytes);
+	wl_span_int(&s, "wl.reply.bytes", reply_bytes);
+	wl_span_str(&s, "wl.proto", cl->to.proto == WL_PROTO_UDP ? "udp" : "tcp");
+	if (cl->pace_mode != WL_PACE_CLOSED)
+		wl_span_int(&s, "wl.send_lateness_us", p->recs[i].late_ns / 1000);
+	wl_span_int(&s, "wl.thread", p->index);
+	wl_span_int(&s, "wl.session", p->recs[i].session);
+	wl_trace_emit(cl->trace, &s, status);
+}
+
+void wl_rx_span_unsent(struct pair *p, uint64_t i)
+{
+	wl_trace_new_id(p->ids[i].trace_id, 16);
+	wl_trace_new_id(p->ids[i].span_id, 8);
+	p->ids[i].req_bytes = 0;
+	request_span(p, i, WL_ST_ERR, p->recs[i].send_ns, p->recs[i].send_ns, 0);
+}
+
+/* replied: a reply of reply_bytes arrived (its latency counts, whatever its
+ * status); else the client gave up. */
+static void resolve(struct pair *p, uint64_t i, uint8_t status, uint64_t now, bool replied, uint32_t reply_bytes)
 {
 	struct wl_record *r = &p->recs[i];
 	uint64_t send_ns = __atomic_load_n(&r->send_ns, __ATOMIC_ACQUIRE);
 	r->latency_ns = now - send_ns;
 	r->status = status;
-	r->done = 1;
+	__atomic_store_n(&r->done, 1, __ATOMIC_RELEASE); /* collect.c reads the record once done */
 	if (replied)
 		wl_hist_add(&p->sum.hist, r->latency_ns);
 	p->sum.timeout += status == WL_ST_TIMEOUT;
@@ -36,15 +67,14 @@ static void resolve(struct pair *p, uint64_t i, uint8_t status, uint64_t now, bo
 	if (now > p->sum.last_done_ns)
 		p->sum.last_done_ns = now;
 	if (p->cl->trace)
-		wl_trace_span(p->cl->trace, p->ids[i], p->ids[i] + 16, NULL, "client-request",
-			      send_ns + p->cl->rt_offset_ns, now + p->cl->rt_offset_ns, status, NULL);
+		request_span(p, i, status, send_ns, now, reply_bytes);
 }
 
-static void finish(struct pair *p, uint64_t id, uint8_t status, uint64_t now)
+static void finish(struct pair *p, uint64_t id, uint8_t status, uint64_t now, uint32_t reply_bytes)
 {
 	uint64_t i = id & 0xffffffffffull, sent = __atomic_load_n(&p->sent, __ATOMIC_ACQUIRE);
 	if (i >= p->lo && i < sent && !p->recs[i].done)
-		resolve(p, i, status, now, true);
+		resolve(p, i, status, now, true, reply_bytes);
 }
 
 /* Parse replies out of rx->in. A reply bigger than what has arrived is
@@ -68,9 +98,10 @@ static void take_replies(struct pair *p, struct wl_rx *rx, uint64_t now)
 			rx->tail_left = hdr.len - have;
 			rx->tail_id = hdr.id;
 			rx->tail_status = status;
+			rx->tail_len = hdr.len;
 			break;
 		}
-		finish(p, hdr.id, status, now);
+		finish(p, hdr.id, status, now, hdr.len);
 	}
 	if (wl_buf_avail(in) == 0)
 		in->off = in->len = 0;
@@ -86,12 +117,14 @@ static uint64_t eff_timeout(struct pair *p)
 void wl_rx_expire(struct pair *p, struct wl_rx *rx, uint64_t now)
 {
 	uint64_t sent = __atomic_load_n(&p->sent, __ATOMIC_ACQUIRE);
+	/* UDP: an ICMP port unreachable said nobody listens; what is outstanding will get no reply */
+	bool refused = rx->udp && __atomic_exchange_n(&p->udp_refused, 0, __ATOMIC_ACQ_REL);
 	while (rx->cursor < sent) { /* oldest first: deadlines are in send order */
 		struct wl_record *r = &p->recs[rx->cursor];
-		if (!r->done && rx->lost)
-			resolve(p, rx->cursor, WL_ST_ERR, now, false);
+		if (!r->done && (rx->lost || refused))
+			resolve(p, rx->cursor, WL_ST_ERR, now, false, 0);
 		else if (!r->done && now >= __atomic_load_n(&r->send_ns, __ATOMIC_ACQUIRE) + eff_timeout(p))
-			resolve(p, rx->cursor, WL_ST_TIMEOUT, now, false);
+			resolve(p, rx->cursor, WL_ST_TIMEOUT, now, false, 0);
 		else if (!r->done)
 			break;
 		rx->cursor++;
@@ -157,6 +190,8 @@ int wl_rx_read(struct pair *p, struct wl_rx *rx, int wait_ms)
 	/* wait_ms 0 (busy polling, or a deadline already passed) never blocks;
 	 * SO_RCVTIMEO of 0 would mean "forever". */
 	ssize_t n = recv(rx->fd, in->data + in->len, in->cap - in->len, wait_ms > 0 ? 0 : MSG_DONTWAIT);
+	if (n < 0 && rx->udp && errno == ECONNREFUSED)
+		__atomic_store_n(&p->udp_refused, 1, __ATOMIC_RELEASE); /* settled by the next wl_rx_expire */
 	if (n < 0 && (errno == EAGAIN || errno == EINTR || (rx->udp && errno == ECONNREFUSED)))
 		return 0;
 	if (n <= 0) {
@@ -171,7 +206,7 @@ int wl_rx_read(struct pair *p, struct wl_rx *rx, int wait_ms)
 		memmove(in->data + in->len, in->data + in->len + drop, (size_t)n - drop);
 		n -= (ssize_t)drop;
 		if (rx->tail_left == 0)
-			finish(p, rx->tail_id, rx->tail_status, now);
+			finish(p, rx->tail_id, rx->tail_status, now, rx->tail_len);
 	}
 	in->len += (size_t)n;
 	take_replies(p, rx, now);

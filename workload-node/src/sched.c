@@ -32,15 +32,21 @@ static int parse_int(const char *text, int lo, int hi, const char *spec, int *ou
 	return 0;
 }
 
-/* RUNTIME,DEADLINE,PERIOD: times (a bare number is us), 1us <= runtime <= deadline <= period. */
-static int parse_deadline(char *args, const char *spec, struct wl_sched *out)
+/* RUNTIME,DEADLINE,PERIOD: times (a bare number is us), 1us <= runtime <= deadline <= period.
+ * DistWalk's dl:RUNTIME,DEADLINE takes the period equal to the deadline. */
+static int parse_deadline(char *args, const char *spec, bool dl, struct wl_sched *out)
 {
 	uint64_t ns[3];
 	char *save = NULL, *part = strtok_r(args, ",", &save);
 	for (int i = 0; i < 3; i++, part = strtok_r(NULL, ",", &save)) {
 		double us;
+		if (!part && dl && i == 2) {
+			ns[2] = ns[1];
+			break;
+		}
 		if (!part)
-			return wl_err("--sched '%s': deadline needs RUNTIME,DEADLINE,PERIOD", spec);
+			return wl_err("--sched '%s': %s", spec, dl ? "dl needs RUNTIME,DEADLINE[,PERIOD]"
+							       : "deadline needs RUNTIME,DEADLINE,PERIOD");
 		if (wl_parse_number(part, WL_UNIT_TIME, &us, "--sched deadline") < 0)
 			return -1;
 		ns[i] = (uint64_t)(us * 1000.0);
@@ -61,6 +67,10 @@ int wl_sched_parse(const char *spec, struct wl_sched *out)
 {
 	char buf[96];
 	memset(out, 0, sizeof(*out));
+	if (!strcmp(spec, "other")) { /* DistWalk: the default policy, at nice 0 */
+		out->policy = WL_SCHED_OTHER;
+		return 0;
+	}
 	if (strlen(spec) >= sizeof(buf) || !strchr(spec, ':'))
 		return wl_err("--sched '%s': expected other:NICE, rr:PRIO, fifo:PRIO or deadline:RUNTIME,DEADLINE,PERIOD",
 			      spec);
@@ -75,9 +85,9 @@ int wl_sched_parse(const char *spec, struct wl_sched *out)
 		out->policy = buf[0] == 'r' ? WL_SCHED_RR : WL_SCHED_FIFO;
 		return parse_int(args, 1, 99, spec, &out->value);
 	}
-	if (!strcmp(buf, "deadline"))
-		return parse_deadline(args, spec, out);
-	return wl_err("--sched '%s': policy must be other, rr, fifo or deadline", spec);
+	if (!strcmp(buf, "deadline") || !strcmp(buf, "dl"))
+		return parse_deadline(args, spec, buf[1] == 'l', out);
+	return wl_err("--sched '%s': policy must be other, rr, fifo or deadline (dl)", spec);
 }
 
 static int apply_deadline(const struct wl_sched *s, const char *who)

@@ -80,12 +80,23 @@ static int do_io(struct wl_storage *st, const struct wl_op *op)
 		done += (size_t)n;
 	}
 	if (op->kind == WL_OP_STORE) {
-		if (op->flags == WL_SYNC_EACH)
+		/* DistWalk: with --sync, a syncing store waits for no fsync of its own */
+		if (op->flags == WL_SYNC_EACH && !cfg->sync_given)
 			return do_fsync(st);
-		if (op->flags == WL_SYNC_PERIODIC)
+		if (op->flags == WL_SYNC_PERIODIC || op->flags == WL_SYNC_EACH)
 			st->dirty = true;
 	}
 	return 0;
+}
+
+/* --wait-spin-storage: poll the queue (lock released) until a job or the next periodic sync is due. */
+static void spin_for_work(struct wl_storage *st, uint64_t next_sync)
+{
+	pthread_mutex_unlock(&st->lock);
+	while (!__atomic_load_n(&st->head, __ATOMIC_ACQUIRE) && !__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) &&
+	       wl_now_ns() < next_sync)
+		;
+	pthread_mutex_lock(&st->lock);
 }
 
 static void *storage_main(void *arg)
@@ -94,7 +105,9 @@ static void *storage_main(void *arg)
 	uint64_t period = st->node->cfg.psync_period_ns, next_sync = wl_now_ns() + period;
 	pthread_mutex_lock(&st->lock);
 	while (!st->stop) {
-		if (!st->head) {
+		if (!st->head && st->node->cfg.storage_spin) {
+			spin_for_work(st, next_sync);
+		} else if (!st->head) {
 			struct timespec ts;
 			clock_gettime(CLOCK_MONOTONIC, &ts);
 			uint64_t now = wl_now_ns(), wait = next_sync > now ? next_sync - now : 0;
@@ -169,7 +182,7 @@ void wl_storage_submit(struct wl_storage *st, struct wl_job *job)
 	if (st->tail)
 		st->tail->next = job;
 	else
-		st->head = job;
+		__atomic_store_n(&st->head, job, __ATOMIC_RELEASE); /* a spinning storage thread reads it unlocked */
 	st->tail = job;
 	pthread_cond_signal(&st->cond);
 	pthread_mutex_unlock(&st->lock);
@@ -186,7 +199,7 @@ void wl_storage_close(struct wl_storage *st)
 	if (!st)
 		return;
 	pthread_mutex_lock(&st->lock);
-	st->stop = true;
+	__atomic_store_n(&st->stop, true, __ATOMIC_RELEASE);
 	pthread_cond_signal(&st->cond);
 	pthread_mutex_unlock(&st->lock);
 	pthread_join(st->thread, NULL);

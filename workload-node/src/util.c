@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 static const char *progname = "wl";
+static bool plain_errors; /* while reading the command line: "prog: message", one line */
 
 void wl_set_progname(const char *name) { progname = name; }
+void wl_set_plain_errors(bool on) { plain_errors = on; }
 
 int wl_error_at(const char *func, const char *file, int line, const char *fmt, ...)
 {
@@ -23,7 +25,10 @@ int wl_error_at(const char *func, const char *file, int line, const char *fmt, .
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "%s: %s (%s:%d): %s\n", progname, func, file, line, msg);
+	if (plain_errors)
+		fprintf(stderr, "%s: %s\n", progname, msg);
+	else
+		fprintf(stderr, "%s: %s (%s:%d): %s\n", progname, func, file, line, msg);
 	return -1;
 }
 
@@ -123,15 +128,21 @@ int wl_parse_cpulist(const char *spec, int *cpus, int max_cpus)
 		long lo = strtol(p, &end, 10);
 		if (end == p || lo < 0)
 			return wl_err("cpu list '%s': expected a number at '%s'", spec, p);
-		long hi = lo;
+		long hi = lo, step = 1;
 		p = end;
 		if (*p == '-') {
 			hi = strtol(p + 1, &end, 10);
 			if (end == p + 1 || hi < lo)
 				return wl_err("cpu list '%s': bad range end at '%s'", spec, p);
 			p = end;
+			if (*p == ':') { /* lo-hi:step, as taskset writes it */
+				step = strtol(p + 1, &end, 10);
+				if (end == p + 1 || step < 1)
+					return wl_err("cpu list '%s': bad step at '%s'", spec, p);
+				p = end;
+			}
 		}
-		for (long c = lo; c <= hi; c++) {
+		for (long c = lo; c <= hi; c += step) {
 			if (n == max_cpus)
 				return wl_err("cpu list '%s': more than %d cpus", spec, max_cpus);
 			cpus[n++] = (int)c;

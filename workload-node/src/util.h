@@ -14,6 +14,9 @@ int wl_error_at(const char *func, const char *file, int line, const char *fmt, .
 #define wl_err(...) wl_error_at(__func__, __FILE__, __LINE__, __VA_ARGS__)
 
 void wl_set_progname(const char *name);
+/* A bad command line is the user's mistake, not the code's: while it is read,
+ * errors print as "prog: message" without the function and source line. */
+void wl_set_plain_errors(bool on);
 uint64_t wl_now_ns(void);        /* CLOCK_MONOTONIC */
 uint64_t wl_realtime_ns(void);   /* CLOCK_REALTIME, for trace timestamps */
 uint64_t wl_thread_cpu_ns(void); /* CLOCK_THREAD_CPUTIME_ID */
@@ -42,7 +45,7 @@ static inline uint8_t *wl_buf_head(const struct wl_buf *buf) { return buf->data 
  * SIGUSR1 is pending, yield so that the thread waiting for it can run. */
 void wl_spin_check_signals(uint64_t *next_check_ns);
 
-/* Parse a CPU list like "2-18" or "0,2,4-5" into cpus (up to max); returns count or -1. */
+/* Parse a CPU list like "2-18", "0,2,4-5" or "0-10:2" into cpus (up to max); returns count or -1. */
 int wl_parse_cpulist(const char *spec, int *cpus, int max_cpus);
 /* --idle-poll: one SCHED_IDLE spinner per CPU this process may use (idlepoll.c);
  * returns how many were started, or -1 (reported). */

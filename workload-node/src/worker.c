@@ -42,6 +42,8 @@ static void refuse_long_request(struct wl_conn *c, struct wl_buf *src, const str
 	WL_COUNT(c->w, requests, 1);
 	WL_COUNT(c->w, over_request, 1);
 	WL_COUNT(c->w, replies, 1);
+	if (c->w->trace)
+		wl_span_refused(c, hdr);
 	wl_conn_put_reply(c, hdr->id, hdr->trace_id, WL_ST_ERR, WL_REPLY_MIN);
 	wl_conn_queue_flush(c);
 	size_t have = wl_buf_avail(src) < hdr->len ? wl_buf_avail(src) : hdr->len;
@@ -110,7 +112,7 @@ static bool drain_messages(struct wl_conn *c, struct wl_buf *src)
 		if (wl_buf_avail(src) < hdr.len)
 			return true; /* wait for the rest */
 		enum wl_cap cap;
-		struct wl_job *j = wl_job_accept(w, wl_buf_head(src), hdr.len, &cap);
+		struct wl_job *j = wl_job_accept(w, wl_buf_head(src), hdr.len, c->rx_rt_ns, &cap);
 		if (!j)
 			return false;
 		src->off += hdr.len;
@@ -200,6 +202,8 @@ static void on_stream(struct wl_conn *c, uint32_t events)
 		ssize_t n = recv(c->fd, dst->data + dst->len, dst->cap - dst->len, 0);
 		if (n > 0) {
 			WL_COUNT(w, bytes_in, (uint64_t)n);
+			if (w->trace) /* a request read whole by this recv starts its serve span now */
+				c->rx_rt_ns = wl_realtime_ns();
 			dst->len += (size_t)n;
 			bool ok = drain_messages(c, dst);
 			if (ok && !partial && wl_buf_avail(dst) > 0) { /* keep the unfinished message */
@@ -257,12 +261,12 @@ static void on_udp(struct wl_conn *c)
 		}
 		WL_COUNT(w, bytes_in, (uint64_t)n);
 		enum wl_cap cap;
-		struct wl_job *j = wl_job_accept(w, dgram, (size_t)n, &cap);
+		struct wl_job *j = wl_job_accept(w, dgram, (size_t)n, w->trace ? wl_realtime_ns() : 0, &cap);
 		if (!j)
 			continue; /* a bad datagram is counted and dropped; the socket lives on */
 		j->udp_fd = c->fd;
-		j->udp_peer = peer;
-		j->udp_peerlen = plen;
+		j->peer = peer;
+		j->peerlen = plen;
 		/* Datagrams cannot be left unread per sender: over the backlog, ERR. */
 		if (cap == WL_CAP_NONE && wl_conn_full(c)) {
 			WL_COUNT(w, over_backlog, 1);
@@ -272,6 +276,14 @@ static void on_udp(struct wl_conn *c)
 		}
 		wl_job_start(j, c, cap);
 	}
+}
+
+/* Tracing: the client's address, for the wl.peer of its requests' spans. A
+ * client that is already gone has none to give; its spans go without. */
+static void note_peer(struct wl_conn *c)
+{
+	socklen_t len = sizeof(c->peer.sa);
+	c->peer.salen = getpeername(c->fd, (struct sockaddr *)&c->peer.sa, &len) == 0 ? len : 0;
 }
 
 static void on_listen(struct wl_conn *c)
@@ -293,10 +305,13 @@ static void on_listen(struct wl_conn *c)
 			close(fd);
 			continue;
 		}
-		if (!wl_conn_new(w, WL_CONN_IN, fd, WL_EV_IN)) {
+		struct wl_conn *in = wl_conn_new(w, WL_CONN_IN, fd, WL_EV_IN);
+		if (!in) {
 			close(fd);
 			continue;
 		}
+		if (w->trace)
+			note_peer(in);
 		WL_COUNT(w, accepted, 1);
 	}
 }
@@ -330,10 +345,14 @@ static void on_wake(struct wl_worker *w)
 		fds[nfds++] = w->handoff[--w->nhandoff];
 	pthread_mutex_unlock(&w->lock);
 	for (size_t i = 0; i < nfds; i++) {
-		if (!wl_conn_new(w, WL_CONN_IN, fds[i], WL_EV_IN))
+		struct wl_conn *in = wl_conn_new(w, WL_CONN_IN, fds[i], WL_EV_IN);
+		if (!in) {
 			close(fds[i]);
-		else
-			WL_COUNT(w, accepted, 1);
+			continue;
+		}
+		if (w->trace)
+			note_peer(in);
+		WL_COUNT(w, accepted, 1);
 	}
 	if (nfds == 64 && write(w->wake.fd, &(uint64_t){1}, 8) < 0)
 		wl_err("worker %d: eventfd rewake: %s", w->index, strerror(errno));
@@ -341,7 +360,7 @@ static void on_wake(struct wl_worker *w)
 		struct wl_job *j = jobs;
 		jobs = j->next;
 		if (w->trace)
-			wl_job_span(j, j->op.kind == WL_OP_LOAD ? "LOAD" : "STORE", j->op_start_rt_ns);
+			wl_span_op(j, j->storage_rc < 0 ? WL_ST_ERR : WL_ST_OK, wl_realtime_ns());
 		if (j->storage_rc < 0)
 			wl_job_finish(j, WL_ST_ERR);
 		else

@@ -1,0 +1,295 @@
+/* node_args: wl-node's options, one table for parsing, --help and --usage
+ * (the caps' rows come from caps.c). Today's DistWalk options are read with
+ * DistWalk's meaning, our own forms too (README "wl-node"). */
+#include "node_args.h"
+#include "units.h"
+
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct node_args {
+	struct wl_node_cfg *cfg;
+	bool check;
+};
+
+#define CFG(ps) (((struct node_args *)(ps)->ctx)->cfg)
+
+static int parse_mode(const char *arg, const char *const *names, int n, const char *what)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(arg, names[i]))
+			return i;
+	return wl_err("%s: '%s' is not one of %s, %s, %s", what, arg, names[0], names[1], names[2]);
+}
+
+enum mode_key { M_ACCEPT, M_POLL, M_NODELAY };
+
+static int opt_mode(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	static const char *const names[][3] = {[M_ACCEPT] = {"child", "shared", "parent"},
+					       [M_POLL] = {"epoll", "poll", "select"}};
+	struct wl_node_cfg *cfg = CFG(ps);
+	if (o->key == M_NODELAY) {
+		if (strcmp(arg, "0") && strcmp(arg, "1"))
+			return wl_err("%s: expected 0 or 1, not '%s'", ps->opt, arg);
+		cfg->nodelay = arg[0] == '1';
+		return 0;
+	}
+	int mode = parse_mode(arg, names[o->key], 3, ps->opt);
+	if (mode >= 0 && o->key == M_ACCEPT)
+		cfg->accept_mode = (enum wl_accept_mode)mode;
+	else if (mode >= 0)
+		cfg->poll_mode = (enum wl_poll_mode)mode;
+	return mode < 0 ? -1 : 0;
+}
+
+enum num_key { N_THREADS, N_BACKLOG, N_MAXSTORE, N_SYNC, N_BUSY_FOR, N_LOOPS };
+
+/* --sync: DistWalk's bare number is milliseconds. */
+static int sync_period(const char *arg, struct wl_node_cfg *cfg, const char *what)
+{
+	double v;
+	bool bare = arg[0] && strspn(arg, "0123456789.") == strlen(arg);
+	if (wl_parse_number(arg, WL_UNIT_TIME, &v, what) < 0)
+		return -1;
+	v *= bare ? 1e3 : 1;
+	if (v <= 0)
+		return wl_err("%s: the period must be above 0", what);
+	cfg->psync_period_ns = (uint64_t)(v * 1000.0);
+	cfg->sync_given = true;
+	return 0;
+}
+
+static int opt_number(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	static const struct {
+		enum wl_unit unit;
+		double lo, hi;
+		const char *range;
+	} kinds[] = {[N_THREADS] = {WL_UNIT_COUNT, 1, 1024, "1..1024"},
+		     [N_BACKLOG] = {WL_UNIT_COUNT, 1, 1 << 20, "1..1048576"},
+		     [N_MAXSTORE] = {WL_UNIT_BYTES, 4096, 1e18, "4k or more"},
+		     [N_BUSY_FOR] = {WL_UNIT_TIME, 0, 1e6, "0..1s"},
+		     [N_LOOPS] = {WL_UNIT_RATIO, -1, 1e9, "-1 (off), 0 (calibrated) or iterations per us"}};
+	struct wl_node_cfg *cfg = CFG(ps);
+	double v;
+	if (o->key == N_SYNC)
+		return sync_period(arg, cfg, ps->opt);
+	if (wl_parse_number(arg, kinds[o->key].unit, &v, ps->opt) < 0)
+		return -1;
+	if (v < kinds[o->key].lo || v > kinds[o->key].hi)
+		return wl_err("%s: '%s' is not within %s", ps->opt, arg, kinds[o->key].range);
+	switch ((enum num_key)o->key) {
+	case N_THREADS: cfg->nthreads = (int)v; break;
+	case N_BACKLOG: cfg->backlog = (int)v; break;
+	case N_MAXSTORE: cfg->storage_max_bytes = (uint64_t)v; break;
+	case N_BUSY_FOR: cfg->poll_window_ns = (uint64_t)(v * 1000); break;
+	case N_LOOPS: cfg->loops_per_us = v; break;
+	case N_SYNC: break;
+	}
+	return 0;
+}
+
+enum flag_key { F_ODIRECT, F_BUSY, F_IDLE, F_STORAGE_SPIN, F_NOOP, F_CHECK };
+
+static int opt_flag(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	struct wl_node_cfg *cfg = CFG(ps);
+	switch ((enum flag_key)o->key) {
+	case F_ODIRECT: cfg->odirect = true; break;
+	case F_BUSY: cfg->busy_poll = true; break;
+	case F_IDLE: cfg->idle_poll = true; break;
+	case F_STORAGE_SPIN: cfg->storage_spin = true; break;
+	case F_CHECK: ((struct node_args *)ps->ctx)->check = true; break;
+	case F_NOOP: break; /* --no-defrag: a connection keeps only its partial message, nothing to defragment */
+	}
+	return 0;
+}
+
+enum text_key { S_BIND, S_CPUS, S_SCHED, S_TRACE, S_NAMES };
+
+static int opt_text(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	struct wl_node_cfg *cfg = CFG(ps);
+	switch ((enum text_key)o->key) {
+	case S_BIND:
+		if (cfg->nbinds == WL_MAX_BINDS)
+			return wl_err("%s: at most %d addresses", ps->opt, WL_MAX_BINDS);
+		/* the address is parsed once --check is known: in wl_node_args */
+		snprintf(cfg->binds[cfg->nbinds++].text, sizeof(cfg->binds[0].text), "%s", arg);
+		return strlen(arg) < sizeof(cfg->binds[0].text) ? 0 : wl_err("%s: '%s' is too long", ps->opt, arg);
+	case S_CPUS:
+		cfg->cpus_auto = !strcmp(arg, "auto");
+		return cfg->cpus_auto || (cfg->ncpus = wl_parse_cpulist(arg, cfg->cpus, WL_MAX_CPUS)) >= 0 ? 0 : -1;
+	case S_SCHED: return wl_sched_parse(arg, &cfg->sched);
+	case S_TRACE: cfg->trace_path = arg; return 0;
+	case S_NAMES: return wl_addr_known_names(arg);
+	}
+	return 0;
+}
+
+/* -s PATH, or DistWalk's [file=PATH][,size=B][,sync=MS][,odirect][,wait-spin][,count=1]. */
+static int storage_part(struct wl_parser *ps, const char *tok)
+{
+	struct wl_node_cfg *cfg = CFG(ps);
+	static const struct wl_opt size_row = {0, "size", WL_ARG_REQUIRED, "B", opt_number, N_MAXSTORE, NULL};
+	if (!strncmp(tok, "file=", 5))
+		return (cfg->storage_path = wl_keep(tok + 5, strlen(tok + 5))) ? 0 : -1;
+	if (!strncmp(tok, "size=", 5))
+		return opt_number(ps, &size_row, tok + 5);
+	if (!strncmp(tok, "sync=", 5))
+		return sync_period(tok + 5, cfg, ps->opt);
+	if (!strncmp(tok, "count=", 6))
+		return strcmp(tok + 6, "1") ? wl_err("%s: %s: wl-node has one storage device (count=1)", ps->opt, tok) : 0;
+	if (!strcmp(tok, "odirect") || !strcmp(tok, "wait-spin")) {
+		*(tok[0] == 'o' ? &cfg->odirect : &cfg->storage_spin) = true;
+		return 0;
+	}
+	return (cfg->storage_path = wl_keep(tok, strlen(tok))) ? 0 : -1;
+}
+
+static int opt_storage(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	char copy[4096], *save, *tok;
+	if (strlen(arg) >= sizeof(copy))
+		return wl_err("%s: '%s' is too long", ps->opt, arg);
+	if (!strchr(arg, ',') && strncmp(arg, "file=", 5)) { /* a plain path */
+		CFG(ps)->storage_path = arg;
+		return 0;
+	}
+	strcpy(copy, arg);
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (storage_part(ps, tok) < 0)
+			return -1;
+	return 0;
+}
+
+static int opt_cap(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	return wl_caps_parse(o->key, arg, CFG(ps));
+}
+
+static int opt_help(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	wl_parser_help(ps, stdout);
+	printf("caps (a request over one is answered ERR and counted):\n");
+	wl_caps_usage(stdout);
+	ps->stop = true;
+	return 0;
+}
+
+static int opt_unsupported(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	return wl_err("%s: TLS is not supported: wl-node speaks plain TCP and UDP", ps->opt);
+}
+
+#define NONE WL_ARG_NONE
+#define REQ WL_ARG_REQUIRED
+
+static const struct wl_opt options[] = {
+	{'b', "bind-addr", REQ, "ADDR", opt_text, S_BIND,
+	 "[tcp://|udp://]host:port, repeatable; port 0: any (tcp://0.0.0.0:7891)"},
+	{0, "num-threads|nt", REQ, "N", opt_number, N_THREADS, "worker threads (1)"},
+	{'c', "cpus|thread-affinity", REQ, "LIST|auto", opt_text, S_CPUS,
+	 "pin worker i to the i-th cpu of LIST (2-18, 0-8:2); auto: the cpus it may use"},
+	{0, "sched|sched-policy", REQ, "POLICY", opt_text, S_SCHED,
+	 "other[:NICE] | rr:PRIO | fifo:PRIO | dl:RUNTIME,DEADLINE | deadline:R,D,P"},
+	{'a', "am|accept-mode", REQ, "MODE", opt_mode, M_ACCEPT, "accept mode: child (default) | shared | parent"},
+	{'p', "pm|poll-mode", REQ, "MODE", opt_mode, M_POLL, "poll mode: epoll (default) | poll | select"},
+	{0, "backlog|backlog-length|bl", REQ, "N", opt_number, N_BACKLOG, "listen backlog (1024)"},
+	{0, "no-delay|nd", REQ, "0|1", opt_mode, M_NODELAY, "TCP_NODELAY on accepted and forward sockets (1)"},
+	{'s', "storage", REQ, "PATH", opt_storage, 0,
+	 "storage file, never a symlink (a private file removed at exit);\n"
+	 "or [file=PATH][,size=B][,sync=MS][,odirect][,wait-spin]"},
+	{'m', "max-storage-size", REQ, "B", opt_number, N_MAXSTORE, "offsets wrap at this size (1g)"},
+	{0, "odirect", NONE, NULL, opt_flag, F_ODIRECT, "open the storage file with O_DIRECT"},
+	{0, "sync", REQ, "PERIOD", opt_number, N_SYNC,
+	 "periodic fsync (bare = ms) for psync stores (100ms);\n"
+	 "given, sync stores wait for it too, as in DistWalk"},
+	{0, "trace", REQ, "FILE", opt_text, S_TRACE, "write OpenTelemetry JSON spans of every request"},
+	{0, "busy-poll|wait-spin|ws", NONE, NULL, opt_flag, F_BUSY, "workers poll without sleeping (a core each)"},
+	{0, "busy-poll-for", REQ, "TIME", opt_number, N_BUSY_FOR, "poll up to TIME after the last event (0)"},
+	{0, "wait-spin-storage|wss", NONE, NULL, opt_flag, F_STORAGE_SPIN, "the storage thread polls instead of sleeping"},
+	{0, "idle-poll", NONE, NULL, opt_flag, F_IDLE, "keep every CPU out of its idle state (spinners)"},
+	{0, "loops-per-usec", REQ, "N", opt_number, N_LOOPS,
+	 "every COMPUTE a loop of N iterations per us; 0: calibrated (-1: off)"},
+	{0, "no-defrag", NONE, NULL, opt_flag, F_NOOP, "accepted; nothing to defragment"},
+	{0, "check", NONE, NULL, opt_flag, F_CHECK, "parse only: print the listen addresses as JSON"},
+	{0, "names", REQ, "N1,N2,..", opt_text, S_NAMES, "accepted with --check (no chain here)"},
+	{'h', "help", NONE, NULL, opt_help, 0, "this help"},
+	{0, "usage", NONE, NULL, wl_opt_usage, 0, "a short usage message"},
+	{0, "ssl-cert|ssl-key|ssl-ca|ssl-ciphers|ssl-ca-path", REQ, "X", opt_unsupported, 0, NULL},
+	{0, "ssl-verify", NONE, NULL, opt_unsupported, 0, NULL},
+	WL_OPT_END,
+};
+
+/* The caps' rows, from caps.c's own table. */
+static void cap_rows(struct wl_opt *rows, size_t max)
+{
+	struct option opts[32];
+	size_t n = wl_caps_options(opts, 0, max - 1 < 32 ? max - 1 : 32);
+	for (size_t i = 0; i < n; i++)
+		rows[i] = (struct wl_opt){0, opts[i].name, WL_ARG_REQUIRED, "VALUE", opt_cap, opts[i].val, NULL};
+	rows[n] = (struct wl_opt)WL_OPT_END;
+}
+
+/* The bind addresses, once --check is known; the default is every address. */
+static int finish(struct wl_node_cfg *cfg, bool check)
+{
+	wl_addr_offline(check);
+	for (int b = 0; b < cfg->nbinds; b++) {
+		char spec[sizeof(cfg->binds[b].text)];
+		snprintf(spec, sizeof(spec), "%s", cfg->binds[b].text);
+		if (wl_addr_parse_local(spec, &cfg->binds[b], "--bind-addr", WL_DEFAULT_PORT) < 0)
+			return -1;
+	}
+	if (cfg->sched.policy == WL_SCHED_DEADLINE && (cfg->ncpus || cfg->cpus_auto))
+		return wl_err("--sched deadline cannot be combined with -c: the kernel refuses SCHED_DEADLINE"
+			      " threads pinned to a subset of the CPUs");
+	if (cfg->nbinds == 0 && wl_addr_parse_local("tcp://0.0.0.0", &cfg->binds[cfg->nbinds++], "default bind",
+						    WL_DEFAULT_PORT) < 0)
+		return -1;
+	return 0;
+}
+
+/* {"program":"wl-node","listen":["tcp://0.0.0.0:7891"]} */
+static void check_json(FILE *out, const struct wl_node_cfg *cfg)
+{
+	fputs("{\"program\":\"wl-node\",\"listen\":[", out);
+	for (int b = 0; b < cfg->nbinds; b++) {
+		const struct wl_addr *a = &cfg->binds[b];
+		char host[INET6_ADDRSTRLEN] = "";
+		bool v6 = a->sa.ss_family == AF_INET6;
+		if (!a->unresolved)
+			inet_ntop(a->sa.ss_family, v6 ? (const void *)&((const struct sockaddr_in6 *)&a->sa)->sin6_addr
+						       : (const void *)&((const struct sockaddr_in *)&a->sa)->sin_addr,
+				  host, sizeof(host));
+		fprintf(out, "%s\"%s://%s%s%s:%u\"", b ? "," : "", a->proto == WL_PROTO_UDP ? "udp" : "tcp", v6 ? "[" : "",
+			a->unresolved ? a->host : host, v6 ? "]" : "", wl_addr_port(a));
+	}
+	fputs("]}\n", out);
+}
+
+enum wl_args_result wl_node_args(struct wl_node_cfg *cfg, int argc, char **argv)
+{
+	static struct wl_opt caps[17];
+	static const struct wl_opt *const tables[] = {options, caps, NULL};
+	cap_rows(caps, sizeof(caps) / sizeof(caps[0]));
+	struct node_args a = {.cfg = cfg};
+	struct wl_parser ps = {.prog = "wl-node", .synopsis = "[options]", .tables = tables, .ctx = &a};
+	wl_set_plain_errors(true);
+	int rc = wl_parse(&ps, argc, argv);
+	if (rc == 0 && !ps.stop)
+		rc = finish(cfg, a.check);
+	wl_set_plain_errors(false);
+	if (rc < 0)
+		return WL_ARGS_BAD;
+	if (ps.stop)
+		return WL_ARGS_EXIT;
+	if (a.check) {
+		check_json(stdout, cfg);
+		return WL_ARGS_EXIT;
+	}
+	return WL_ARGS_RUN;
+}
