@@ -53,6 +53,10 @@ class LivePlayer:
         self._log_lock = threading.Lock()
         self.stopped = False
         self._segment = Player(timeline, actuator, local)
+        # While a change is applied (pause .. replace/resume), the stopped
+        # segment: what it had not fired yet is what the status reports as
+        # pending and upcoming, not the empty stand-in.
+        self._paused: Player | None = None
         self._marked: tuple[Player, list[LiveFired]] = (self._segment, [])
         self.last_start_us = self._segment.last_start_us
 
@@ -104,11 +108,15 @@ class LivePlayer:
 
     @property
     def pending(self) -> int:
-        return self._segment.pending
+        with self._log_lock:
+            segment = self._paused or self._segment
+        return segment.pending
 
     def upcoming(self, limit: int = 50) -> list[dict]:
         """The next steps still to fire: time and what they do."""
-        steps = self._segment.timeline.steps[1 + len(self._segment.log):]
+        with self._log_lock:
+            segment = self._paused or self._segment
+        steps = segment.timeline.steps[1 + len(segment.log):]
         return [{"at_us": step.at_us, "label": "; ".join(describe_event(e) for e in step.events)}
                 for step in steps[:limit]]
 
@@ -142,6 +150,7 @@ class LivePlayer:
         history = self.log
         with self._log_lock:  # history and segment change together: no entry counted twice
             self._history = history
+            self._paused = self._segment
             self._segment = Player(SimpleNamespace(steps=self.timeline.steps[:1]),
                                    self.actuator, self.local)  # empty until replace/resume
         return max((entry.scheduled_us for entry in self._history), default=0)
@@ -158,6 +167,7 @@ class LivePlayer:
             self._apply_diff(old.steps[0].state, timeline.steps[0].state)
             with self._log_lock:
                 self._segment = Player(timeline, self.actuator, self.local)
+                self._paused = None
                 # Part of the t=0 shaping, so no step of its own: log it here.
                 self._history.append(LiveFired(len(self._history), f"ad-hoc: {label}",
                                                0, 0, 0, 0, adhoc=True))
@@ -172,7 +182,9 @@ class LivePlayer:
         steps = self.timeline.steps
         base = steps[max(i for i, step in enumerate(steps) if step.at_us <= applied_at_us)]
         later = tuple(step for step in steps if step.at_us > applied_at_us)
-        self._segment = Player(SimpleNamespace(steps=(base, *later)), self.actuator, self.local)
+        with self._log_lock:
+            self._segment = Player(SimpleNamespace(steps=(base, *later)), self.actuator, self.local)
+            self._paused = None
         self._run_segment(self.t0_ns)
 
     def _apply_diff(self, before, after) -> None:

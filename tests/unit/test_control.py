@@ -183,6 +183,27 @@ def test_change_mid_run_persists_past_a_later_event_on_another_link():
     assert player.timeline.state_at(500_000).path("c1", "srv").rate_bps == 10_000_000
 
 
+def test_pending_during_a_change_counts_the_paused_steps():
+    # The status loop may read pending between pause and replace (a change
+    # being applied): it must see the file's 400 ms step as still to come,
+    # not the empty stand-in segment (a kernel test once saw pending 0 there
+    # and went on before the step fired).
+    player, _, _ = live()
+    player.start()
+    time.sleep(0.05)
+    with player.lock:
+        applied = player.pause()
+        assert player.pending == 1
+        assert [step["at_us"] for step in player.upcoming()] == [400_000]
+        player.resume(applied)
+    assert player.pending == 1
+    deadline = time.monotonic() + 3
+    while player.pending and time.monotonic() < deadline:
+        time.sleep(0.02)
+    player.stop()
+    assert [e.label for e in player.log] == ["link c2 -- sw set"]
+
+
 def test_later_set_of_the_same_property_wins():
     player, recorder, adhoc = live()
     player.start()
