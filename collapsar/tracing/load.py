@@ -158,15 +158,20 @@ def _resource(resource: object, file_instance: str) -> tuple[str, str]:
 
 
 def span_files(run_dir: Path) -> list[Path]:
-    """RUNDIR/workload/*.spans.jsonl, or one line saying what is wrong."""
+    """RUNDIR/workload/*.spans.jsonl, or the span files of a trace directory
+    itself (Compose's EXPERIMENT.workload, files gathered from Swarm nodes),
+    or one line saying what is wrong."""
     if not run_dir.is_dir():
         what = "does not exist" if not run_dir.exists() else "is not a directory"
         raise RunDirError(f"{run_dir}: {what}; expected a run directory (collapsar run prints it)")
     folder = run_dir / SPANS_DIR
     files = sorted(folder.glob("*" + SPANS_SUFFIX)) if folder.is_dir() else []
     if not files:
-        raise RunDirError(f"{run_dir}: no spans ({SPANS_DIR}/*{SPANS_SUFFIX}); expected the run directory of "
-                          f"a run whose wl-node and wl-client instances traced")
+        files = sorted(path for path in run_dir.glob("*" + SPANS_SUFFIX) if path.is_file())
+    if not files:
+        raise RunDirError(f"{run_dir}: no spans ({SPANS_DIR}/*{SPANS_SUFFIX} or *{SPANS_SUFFIX}); expected the "
+                          f"run directory of a run whose wl-node and wl-client instances traced, or their "
+                          f"trace directory")
     return files
 
 

@@ -2,7 +2,8 @@
 front and db run wl-node, client runs a wl-client chain through front to db
 once it joins; every instance writes its spans, and the client its summary,
 into the directory the generated file binds beside itself, where they are
-on the host after the deployment is gone.  The instance names come from
+on the host after the deployment is gone, and `collapsar trace` reads them
+there.  The instance names come from
 the manager's block in each container's /etc/hosts (Compose replicas are
 identical containers)."""
 
@@ -65,3 +66,13 @@ def test_a_chain_across_containers_leaves_its_traces_on_the_host(tmp_path, image
     for name in ("front", "db", "client"):
         assert (traces / f"{name}.spans.jsonl").stat().st_size > 0, name
     assert not docker("network", "ls", "-q", "--filter", f"label=org.collapsar.experiment={experiment}").split()
+    # The collected files are what `collapsar trace` reads: every request, and
+    # its path client -> front -> db with a compute on each node.
+    done = collapsar("trace", str(traces), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [(c["instance"], c["count"], c["by_status"]["ok"]) for c in report["clients"]] == [("client", 20, 20)]
+    hops = {(b["from"], b["to"]) for b in report["breakdown"] if b["kind"] == "network"}
+    assert hops == {("client", "front"), ("front", "db")}, report["breakdown"]
+    computes = {b["instance"]: b["median_ms"] for b in report["breakdown"] if b["kind"] == "compute"}
+    assert computes.keys() == {"front", "db"} and all(0.95 <= ms <= 1.5 for ms in computes.values()), computes

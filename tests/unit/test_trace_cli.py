@@ -63,8 +63,21 @@ def test_a_file_instead_of_a_directory(tmp_path, capsys):
 def test_a_run_without_spans(tmp_path, capsys):
     (tmp_path / "workload").mkdir()
     assert one_error(["trace", str(tmp_path)], capsys) == (
-        f"collapsar: {tmp_path}: no spans (workload/*.spans.jsonl); expected the run directory of a run whose "
-        f"wl-node and wl-client instances traced")
+        f"collapsar: {tmp_path}: no spans (workload/*.spans.jsonl or *.spans.jsonl); expected the run directory "
+        f"of a run whose wl-node and wl-client instances traced, or their trace directory")
+
+
+def test_a_trace_directory_of_span_files_alone(run_dir, capsys):
+    # What Compose leaves beside its file (EXPERIMENT.workload): span files
+    # without experiment.yaml or t0; the latencies, no configured RTTs.
+    gathered = run_dir.parent / "gathered"
+    gathered.mkdir()
+    for path in (run_dir / "workload").glob("*.spans.jsonl"):
+        (gathered / path.name).write_bytes(path.read_bytes())
+    assert main(["trace", str(gathered)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:5] == ["client", "3", "3", "0", "0"]
+    assert f"note: no {gathered / 'experiment.yaml'}: configured RTTs are not shown" in out
 
 
 def test_a_line_that_is_not_json(run_dir, capsys):
