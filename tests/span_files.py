@@ -94,17 +94,20 @@ class RunFiles:
     # ---- the spans of the schema, by name ------------------------------------------
 
     def request(self, client: str, start_ms: float, dur_ms: float, status: str = "ok",
-                target: str = "front:7891") -> Ctx:
+                target: str = "front:7891", reply_wait_us: int | None = None) -> Ctx:
+        """`reply_wait_us`: wl.reply.wait_us, written (0 by default) when a reply came."""
+        replied = status != "timeout"
+        waited = {"wl__reply__wait_us": reply_wait_us or 0} if replied else {}
         return self.span(client, self._id(32), None, "request", start_ms, dur_ms, status, wl__target=target,
                          wl__request_id=self._ids, wl__attempt=0, wl__request__bytes=62,
-                         wl__reply__bytes=48 if status != "timeout" else 0, wl__proto="tcp",
-                         wl__send_lateness_us=3, wl__thread=0, wl__session=0)
+                         wl__reply__bytes=48 if replied else 0, wl__proto="tcp",
+                         wl__send_lateness_us=3, wl__thread=0, wl__session=0, **waited)
 
     def serve(self, instance: str, parent: Ctx, start_ms: float, dur_ms: float, queue_us: int = 0,
-              status: str = "ok") -> Ctx:
+              status: str = "ok", socket_us: int = 0) -> Ctx:
         return self.span(instance, parent.trace, parent.span, "serve", start_ms, dur_ms, status,
                          wl__request__bytes=62, wl__reply__bytes=48, wl__queue_us=queue_us,
-                         wl__peer="10.200.0.2:40000", wl__proto="tcp")
+                         wl__socket_us=socket_us, wl__peer="10.200.0.2:40000", wl__proto="tcp")
 
     def compute(self, instance: str, serve: Ctx, start_ms: float, dur_ms: float, asked_us: int) -> Ctx:
         return self.span(instance, serve.trace, serve.span, "compute", start_ms, dur_ms,
@@ -123,10 +126,12 @@ class RunFiles:
                          wl__forward__ok=nack if status == "ok" else 0, wl__forward__failed=0)
 
     def send(self, instance: str, forward: Ctx, start_ms: float, dur_ms: float, target: str,
-             attempt: int = 0, status: str = "ok") -> Ctx:
+             attempt: int = 0, status: str = "ok", reply_wait_us: int | None = None) -> Ctx:
+        """`reply_wait_us`: wl.reply.wait_us, written (0 by default) when the reply settled it (ok)."""
+        waited = {"wl__reply__wait_us": reply_wait_us or 0} if status == "ok" or reply_wait_us is not None else {}
         return self.span(instance, forward.trace, forward.span, "forward.send", start_ms, dur_ms, status,
                          wl__target=f"{target}:7891", wl__attempt=attempt, net__peer__name=target,
-                         net__peer__port=7891)
+                         net__peer__port=7891, **waited)
 
     # ---- the rest of the run directory ----------------------------------------------
 
@@ -146,9 +151,12 @@ class RunFiles:
 
 def chain(files: RunFiles, at_ms: float, rtt1_ms: float = 20.0, rtt2_ms: float = 10.0,
           compute1_ms: float = 2.0, compute2_ms: float = 1.0, queue1_us: int = 0, local_ms: float = 0.1,
-          client: str = "client", front: str = "front", db: str = "db") -> float:
+          client: str = "client", front: str = "front", db: str = "db", reply1_us: int = 0,
+          reply2_us: int = 0) -> float:
     """client -> front (compute, forward) -> db (compute): every span of one
-    request; `rtt*_ms` is each hop's measured network time, `local_ms` the
+    request; `rtt*_ms` is each hop's sender's span minus the receiver's serve,
+    of which `reply*_us` the reply waited for the sender to read it
+    (wl.reply.wait_us of the request and the forward.send), `local_ms` the
     node's own time before and after each forward and serve.  Returns the
     request's duration in ms."""
     serve2_ms = compute2_ms + local_ms
@@ -156,14 +164,14 @@ def chain(files: RunFiles, at_ms: float, rtt1_ms: float = 20.0, rtt2_ms: float =
     forward_ms = send_ms + 2 * local_ms
     serve1_ms = queue1_us / 1000 + compute1_ms + forward_ms + local_ms
     total_ms = rtt1_ms + serve1_ms
-    request = files.request(client, at_ms, total_ms)
+    request = files.request(client, at_ms, total_ms, reply_wait_us=reply1_us)
     s1_start = at_ms + rtt1_ms / 2
     s1 = files.serve(front, request, s1_start, serve1_ms, queue_us=queue1_us)
     c1_start = s1_start + queue1_us / 1000
     files.compute(front, s1, c1_start, compute1_ms, round(compute1_ms * 1000))
     f_start = c1_start + compute1_ms
     fwd = files.forward(front, s1, f_start, forward_ms, [f"{db}:7891"], 1)
-    send = files.send(front, fwd, f_start + local_ms, send_ms, db)
+    send = files.send(front, fwd, f_start + local_ms, send_ms, db, reply_wait_us=reply2_us)
     s2_start = f_start + local_ms + rtt2_ms / 2
     s2 = files.serve(db, send, s2_start, serve2_ms)
     files.compute(db, s2, s2_start, compute2_ms, round(compute2_ms * 1000))

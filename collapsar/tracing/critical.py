@@ -7,16 +7,25 @@ and every span on it contributes its *self time*, its duration minus the
 durations of its children on the path:
 
   request, forward.send  network from the sender's instance to the served one: both
-                         directions and the kernel's queues.  Sender's span minus the
+                         directions and the kernels' queues.  Sender's span minus the
                          receiver's serve, two durations each on its own clock, so no
-                         clock sync is needed (Swarm nodes' clocks differ)
+                         clock sync is needed (Swarm nodes' clocks differ), minus the
+                         reply's wait at the sender (wl.reply.wait_us: from the kernel's
+                         receive of the reply to the span's end, the sender's wake-up
+                         to read it), which is wait at the sender (cause "reply")
   serve                  wait at X: queueing before the first op (wl.queue_us, cause
-                         "queue") and the node's own time between and after ops ("local")
+                         "queue": it starts at the kernel's receive of the request, so
+                         X's wake-up to read it is in it) and the node's own time
+                         between and after ops ("local")
   forward                wait at X: before the critical send left (the other sends,
                          earlier failed attempts) and after its reply ("forward")
   compute                compute at X;  load, store: storage at X
 
 The self times telescope: their sum is the request's duration, exactly.
+So a hop's network time runs from the sender's send to the kernel of the
+receiver, and from the receiver's reply to the kernel of the sender: no
+process's wake-up is in it (spans written before the tools took kernel
+receive times, without wl.reply.wait_us, still count both wake-ups there).
 
 Choices: a forward's critical send is, among its sends with status ok in
 order of their end, the nack-th: the reply that completed the quorum.
@@ -43,8 +52,8 @@ from .load import (ABANDONED, COMPUTE, FORWARD, LOAD, OK, REQUEST, SEND, SERVE, 
 
 KINDS = ("network", "compute", "storage", "wait")
 NETWORK, COMPUTE_PART, STORAGE, WAIT = range(len(KINDS))
-CAUSES = ("", "queue", "local", "forward")
-NO_CAUSE, QUEUE, LOCAL, FORWARD_WAIT = range(len(CAUSES))
+CAUSES = ("", "queue", "local", "forward", "reply")
+NO_CAUSE, QUEUE, LOCAL, FORWARD_WAIT, REPLY_WAIT = range(len(CAUSES))
 MAX_DEPTH = 64  # passes; a path is at most 2 + 3 x 8 nested forwards deep
 
 
@@ -189,31 +198,36 @@ def critical_paths(t: SpanTable) -> CriticalPaths:
     complete = np.ones(roots.size, bool)
     complete[root[path[broken]]] = False
     requests = Requests(t.inst[roots], t.status[roots], t.start[roots], duration[roots], complete)
-    return CriticalPaths(requests, _parts(t, path, root, pos, self_ns, serve_of), duplicates)
+    return CriticalPaths(requests, _parts(t, path, root, pos, self_ns, serve_of, duration), duplicates)
 
 
 def _parts(t: SpanTable, path: np.ndarray, root: np.ndarray, pos: np.ndarray, self_ns: np.ndarray,
-           serve_of: np.ndarray) -> Parts:
+           serve_of: np.ndarray, duration: np.ndarray) -> Parts:
     name = t.name[path]
-    kind = np.select([np.isin(name, (REQUEST, SEND)), name == COMPUTE, np.isin(name, (LOAD, STORE))],
+    hop = np.isin(name, (REQUEST, SEND))
+    kind = np.select([hop, name == COMPUTE, np.isin(name, (LOAD, STORE))],
                      [NETWORK, COMPUTE_PART, STORAGE], WAIT).astype(np.int8)
     cause = np.select([name == SERVE, name == FORWARD], [LOCAL, FORWARD_WAIT], NO_CAUSE).astype(np.int8)
     served = serve_of[path]
     to = np.where((kind == NETWORK) & (served >= 0), t.inst[np.maximum(served, 0)], -1).astype(np.int32)
     configured = np.where(name == COMPUTE, t.number[path], -1).astype(np.int32)
-    ns = self_ns[path]
-    # A serve's self time splits into the queueing it reports and the rest.
-    serves = name == SERVE
-    queued = np.clip(t.number[path[serves]] * 1000, 0, np.maximum(ns[serves], 0))
-    ns = ns.copy()
-    ns[np.flatnonzero(serves)] -= queued
-    extra = np.flatnonzero(serves)
+    ns = self_ns[path].copy()
+    # Waits a span reports within its self time become parts of their own at
+    # its instance: a serve's queueing (wl.queue_us) at its start, a hop's
+    # reply waiting to be read (wl.reply.wait_us, where written) at its end.
+    # Never more than the self time: what is left stays the span's own.
+    reported = (name == SERVE) | (hop & (t.number[path] >= 0))
+    extra = np.flatnonzero(reported)
+    rows = path[extra]
+    moved = np.clip(t.number[rows] * 1000, 0, np.maximum(ns[extra], 0))
+    ns[extra] -= moved
+    queue = name[extra] == SERVE
     return Parts(
-        request=np.concatenate([root[path], root[path[extra]]]),
+        request=np.concatenate([root[path], root[rows]]),
         kind=np.concatenate([kind, np.full(extra.size, WAIT, np.int8)]),
-        cause=np.concatenate([cause, np.full(extra.size, QUEUE, np.int8)]),
-        where=np.concatenate([t.inst[path], t.inst[path[extra]]]),
+        cause=np.concatenate([cause, np.where(queue, QUEUE, REPLY_WAIT).astype(np.int8)]),
+        where=np.concatenate([t.inst[path], t.inst[rows]]),
         to=np.concatenate([to, np.full(extra.size, -1, np.int32)]),
-        ns=np.concatenate([ns, queued]),
-        pos=np.concatenate([pos[path], pos[path[extra]]]),
+        ns=np.concatenate([ns, moved]),
+        pos=np.concatenate([pos[path], np.where(queue, pos[rows], pos[rows] + duration[rows] - moved)]),
         configured=np.concatenate([configured, np.full(extra.size, -1, np.int32)]))

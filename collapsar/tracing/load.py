@@ -38,10 +38,10 @@ REQUEST, SERVE, COMPUTE, LOAD, STORE, FORWARD, SEND = range(len(NAMES))
 STATUSES = ("ok", "error", "timeout", "abandoned", "unknown")
 OK, ERROR, TIMEOUT, ABANDONED, UNKNOWN = range(len(STATUSES))
 # The one number and the one text kept per span, by name: enough for the
-# critical path (quorum size), the wait (queueing) and the expectation
-# (configured compute).
-_NUMBER_KEY = {REQUEST: "wl.attempt", SERVE: "wl.queue_us", COMPUTE: "wl.compute.us",
-               FORWARD: "wl.forward.nack", SEND: "wl.attempt"}
+# critical path (quorum size), the waits (a serve's queueing, a hop's reply
+# waiting for its sender to read it) and the expectation (configured compute).
+_NUMBER_KEY = {REQUEST: "wl.reply.wait_us", SERVE: "wl.queue_us", COMPUTE: "wl.compute.us",
+               FORWARD: "wl.forward.nack", SEND: "wl.reply.wait_us"}
 _TEXT_KEY = {REQUEST: "wl.target", SEND: "net.peer.name"}
 _NAME_CODE = {name: code for code, name in enumerate(NAMES)}
 _STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
@@ -69,7 +69,7 @@ class SpanTable:
     start: np.ndarray    # int64 ns, CLOCK_REALTIME of the process that wrote it
     end: np.ndarray      # int64 ns
     status: np.ndarray   # int8 code in STATUSES
-    number: np.ndarray   # int64 the name's number attribute (_NUMBER_KEY), 0 if absent
+    number: np.ndarray   # int64 the name's number attribute (_NUMBER_KEY), -1 if absent
     text: np.ndarray     # int32 code in `texts` of the name's text attribute, 0 ("") if absent
     instances: list[str]
     services: list[str]  # service.name per instance code
@@ -134,7 +134,7 @@ class _Columns:
                     start(int(span["startTimeUnixNano"]))
                     end(int(span["endTimeUnixNano"]))
                     status_col(status)
-                    number_col(number or 0)
+                    number_col(-1 if number is None else number)
                     text_col(texts.setdefault(text, len(texts)))
 
     def table(self) -> SpanTable:

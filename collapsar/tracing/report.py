@@ -9,7 +9,10 @@
              (zero where a request lacks it: the means of a segment add up
              to its mean latency), on how many requests' paths it was, and
              `expected_ms` where the topology implies one (network: the
-             configured RTT; compute: the time asked for)
+             configured RTT; compute: the time asked for); a wait also gives
+             the medians of its causes: queueing at a node (`queue_median_ms`),
+             a forward beyond its critical reply (`forward_median_ms`), and
+             replies waiting for the sender to read them (`reply_median_ms`)
 A segment is a stretch of the run in which no path between the ends of the
 client's hops changed (delay, jitter, loss, rate, route: a timeline step's
 changed pairs): a `set` event on a link they cross shows as a segment
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .critical import KINDS, NETWORK, QUEUE, FORWARD_WAIT, WAIT, CriticalPaths
+from .critical import FORWARD_WAIT, KINDS, NETWORK, QUEUE, REPLY_WAIT, WAIT, CriticalPaths
 from .expect import Expectation
 from .load import OK, STATUSES, SpanTable
 
@@ -150,6 +153,7 @@ def _breakdown(paths: CriticalPaths, segment: np.ndarray, usable: np.ndarray, se
     total = np.add.reduceat(ns, starts)
     queue = np.add.reduceat(np.where(cause == QUEUE, ns, 0), starts)
     forward = np.add.reduceat(np.where(cause == FORWARD_WAIT, ns, 0), starts)
+    reply = np.add.reduceat(np.where(cause == REPLY_WAIT, ns, 0), starts)
     del ns, cause
     asked = np.add.reduceat(np.maximum(parts.configured[rows], 0), starts)
     first_pos = np.minimum.reduceat(parts.pos[rows], starts)
@@ -165,8 +169,8 @@ def _breakdown(paths: CriticalPaths, segment: np.ndarray, usable: np.ndarray, se
     counts = np.bincount(group_of, minlength=groups)
     sums = np.bincount(group_of, weights=total, minlength=groups)
     mean_pos = np.bincount(group_of, weights=first_pos, minlength=groups) / np.maximum(counts, 1)
-    median, median_queue, median_forward, median_asked = (
-        _medians(group_of, values, groups) for values in (total, queue, forward, asked))
+    median, median_queue, median_forward, median_reply, median_asked = (
+        _medians(group_of, values, groups) for values in (total, queue, forward, reply, asked))
     heads = order2[starts2]
     rows = []
     for g in sorted(range(groups), key=lambda g: (seg[heads[g]], mean_pos[g])):
@@ -184,7 +188,8 @@ def _breakdown(paths: CriticalPaths, segment: np.ndarray, usable: np.ndarray, se
         elif KINDS[kind_code] == "compute" and median_asked[g] > 0:
             row["expected_ms"] = round(float(median_asked[g]) / 1000, 3)
         elif kind_code == WAIT:
-            row.update({"queue_median_ms": _ms(median_queue[g]), "forward_median_ms": _ms(median_forward[g])})
+            row.update({"queue_median_ms": _ms(median_queue[g]), "forward_median_ms": _ms(median_forward[g]),
+                        "reply_median_ms": _ms(median_reply[g])})
         rows.append(row)
     return rows
 
@@ -205,7 +210,7 @@ def table_lines(summary: dict) -> list[str]:
               + (f", {summary['incomplete']} incomplete (spans missing; not in the breakdown)"
                  if summary["incomplete"] else "")
               + "; percentiles nearest-rank over ok requests; network = sender's span - receiver's serve "
-              "(both directions, no clock sync)"]
+              "- the reply's wait at the sender (both directions, kernel to kernel, no clock sync)"]
     return lines
 
 
@@ -220,8 +225,10 @@ def _segment_lines(client: dict, seg: dict, breakdown: list[dict]) -> list[str]:
     rows = [("  PART", "MEDIAN", "CONFIGURED", "MEAN", "ON PATH")]
     for b in mine:
         where = f"{b['from']} -> {b['to']}" if b["kind"] == "network" else b["instance"]
-        if b["kind"] == "wait" and b["queue_median_ms"]:
-            where += f" (queue {b['queue_median_ms']:.3f} ms)"
+        causes = [f"{cause} {b[cause + '_median_ms']:.3f} ms" for cause in ("queue", "reply")
+                  if b["kind"] == "wait" and b[cause + "_median_ms"]]
+        if causes:
+            where += f" ({', '.join(causes)})"
         rows.append((f"  {b['kind']} {where}", _cell(b["median_ms"]), _cell(b.get("expected_ms"), ""),
                      _cell(b["mean_ms"]), str(b["count"])))
     total = sum(b["mean_ms"] for b in mine)

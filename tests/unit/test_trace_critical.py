@@ -1,12 +1,13 @@
 """The critical path through hand-made spans (tests/span_files.py, the
 workload tools' exact schema): which spans are on it, what each part is,
 and that the parts add up to the request, for a chain, a fan-out with a
-quorum, retries, failed requests and skipped ops."""
+quorum, retries, failed requests and skipped ops, and replies that waited
+for their sender to read them."""
 
 import numpy as np
 import pytest
 
-from collapsar.tracing.critical import KINDS, critical_paths
+from collapsar.tracing.critical import CAUSES, KINDS, REPLY_WAIT, critical_paths
 from collapsar.tracing.load import read_spans, span_files
 from span_files import RunFiles, chain
 
@@ -47,6 +48,44 @@ def test_a_chain_is_cut_into_network_per_hop_compute_and_wait(tmp_path):
     queue = paths.parts.ns[(paths.parts.cause == 1)]
     assert sorted(queue.tolist()) == [0, 250_000]  # front's reported queueing; db's none
     assert_parts_add_up(paths)
+
+
+def test_a_replys_wait_for_its_reader_moves_from_the_hop_to_the_sender(tmp_path):
+    files = RunFiles(tmp_path)
+    # The client read its reply 0.3 ms after the kernel had it, front its reply from db 1.2 ms after.
+    total = chain(files, 100.0, rtt1_ms=20.5, rtt2_ms=10.3, queue1_us=250, reply1_us=300, reply2_us=1200)
+    spans, paths = analyse(files.close())
+    assert total == pytest.approx(34.45) and paths.requests.duration.tolist() == [34_450_000]
+    assert parts_of(spans, paths) == {
+        ("network", "client", "front"): 20.2, ("wait", "front", None): 0.55 + 1.2,
+        ("compute", "front", None): 2.0, ("network", "front", "db"): 9.1, ("compute", "db", None): 1.0,
+        ("wait", "db", None): 0.1, ("wait", "client", None): 0.3}
+    p = paths.parts
+    replies = {spans.instances[w]: ns for w, ns in zip(p.where[p.cause == REPLY_WAIT], p.ns[p.cause == REPLY_WAIT])}
+    assert replies == {"client": 300_000, "front": 1_200_000} and CAUSES[REPLY_WAIT] == "reply"
+    # The client's wait is the last part of the request, at its end.
+    client_wait = np.flatnonzero((p.cause == REPLY_WAIT) & (p.where == spans.instances.index("client")))
+    assert p.pos[client_wait].tolist() == [34_450_000 - 300_000] and p.pos.max() == 34_450_000 - 300_000
+    assert_parts_add_up(paths)
+
+
+def test_a_reply_wait_beyond_the_hop_leaves_it_no_network_time(tmp_path):
+    files = RunFiles(tmp_path)
+    request = files.request("client", 0, 10, reply_wait_us=9000)  # more than the hop's 7 ms: clipped
+    files.serve("front", request, 1, 3)
+    spans, paths = analyse(files.close())
+    assert parts_of(spans, paths) == {("wait", "client", None): 7.0, ("wait", "front", None): 3.0}
+    assert_parts_add_up(paths)
+
+
+def test_spans_without_reply_waits_count_the_whole_hop_as_network(tmp_path):
+    """Span files from before wl.reply.wait_us: no wait at the client, the hop as it was."""
+    files = RunFiles(tmp_path)
+    request = files.span("client", "ab" * 16, None, "request", 0, 10, wl__target="front:7891")
+    files.serve("front", request, 1, 3)
+    spans, paths = analyse(files.close())
+    assert parts_of(spans, paths) == {("network", "client", "front"): 7.0, ("wait", "front", None): 3.0}
+    assert len(paths.parts.ns) == 3  # the hop, the serve and its queueing: no reply part at all
 
 
 def test_fan_out_follows_the_reply_that_completed_the_quorum(tmp_path):

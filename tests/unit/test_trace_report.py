@@ -86,9 +86,11 @@ def test_configured_rtt_changes_at_the_applied_time_of_the_event(event_run, caps
 def test_breakdown_medians_means_expectations_and_waits(event_run, capsys):
     summary = trace_json(event_run, capsys)
     before = entries(summary, 0.0)
-    # In path order (queueing on front comes before its compute).
+    # In path order (queueing on front comes before its compute; the client's
+    # wait to read the reply, none here, last).
     assert list(before) == [("network", ("client", "front")), ("wait", "front"), ("compute", "front"),
-                            ("network", ("front", "db")), ("compute", "db"), ("wait", "db")]
+                            ("network", ("front", "db")), ("compute", "db"), ("wait", "db"), ("wait", "client")]
+    assert (before[("wait", "client")]["median_ms"], before[("wait", "client")]["count"]) == (0.0, 200)
     compute = before[("compute", "front")]
     assert (compute["median_ms"], compute["expected_ms"], compute["count"]) == (2.0, 2.0, 200)
     wait = before[("wait", "front")]
@@ -129,8 +131,9 @@ def test_percentiles_are_nearest_rank_over_ok_requests(tmp_path, capsys):
     assert [client[k] for k in ("p50_ms", "p90_ms", "p99_ms", "p99_9_ms", "max_ms")] == [
         500.0, 900.0, 990.0, 999.0, 1000.0]
     # Failed requests stay out of the breakdown, and so out of its counts.
-    (network, wait) = summary["breakdown"]
-    assert network["count"] == wait["count"] == 1000 and network["median_ms"] == 500.0
+    (network, wait, reading) = summary["breakdown"]
+    assert network["count"] == wait["count"] == reading["count"] == 1000 and network["median_ms"] == 500.0
+    assert (wait["instance"], reading["instance"], reading["median_ms"]) == ("front", "client", 0.0)
 
 
 def test_incomplete_requests_are_counted_and_left_out(tmp_path, capsys):

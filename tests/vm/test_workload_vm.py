@@ -13,14 +13,17 @@ then (20 ms; 10 ms, then 30 ms).  What the emulated machine decides
 (soft, retried by the tier): the measured figures.  netem never releases a
 packet early, so no hop may measure less than its configured RTT; this
 guest adds to a round trip 0.7-1.8 ms per shaped direction (TCAL,
-tests/vm/test_netem.py), more under load, and a round trip between two
-user-space processes adds their wake-ups: measured here 2.0-2.5 ms per hop
-on a quiet host (ping, answered in the kernel, 0.9 ms), 3-6 ms at a load
-of 6-8.  So each hop's median and the p50 are held to the bound
-test_local_run_vm.py uses for a round trip shaped both ways (EXCESS_MS per
-round trip), and the issue's 1 ms holds where the guest's own cost cancels
-out: the event's raise, 20 ms, must land on front -> db within HOP_MS, and
-client -> front must move less than HOP_MS.
+tests/vm/test_netem.py), more under load.  A round trip between two
+user-space processes adds their wake-ups too, which the client's latency
+keeps (measured here 2.0-2.5 ms per hop on a quiet host, 3-6 ms at a load
+of 6-8), so the p50 is held to the bound test_local_run_vm.py uses for a
+round trip shaped both ways (EXCESS_MS per round trip).  A hop's network
+time does not hold them: the tools time a request's serve and a reply's
+wait at the kernel's receive (software timestamps, workload-node/README.md,
+Tracing), so a hop is a round trip kernel to kernel, as ping's (0.9 ms
+above its RTT here), and each hop's median is held to the issue's bound,
+HOP_MS above the configured RTT.  The event's raise, 20 ms, must land on
+front -> db within HOP_MS, and client -> front must move less than HOP_MS.
 Only the standard library in this process: `collapsar trace` runs as a
 command, as a user runs it.
 """
@@ -124,7 +127,9 @@ def test_each_hop_is_attributed_its_configured_rtt(traced, record_property, whic
     assert entry["expected_ms"] == rtt_ms
     assert entry["count"] == segment["count"]
     assert entry["median_ms"] >= rtt_ms, entry  # never early
-    assert entry["median_ms"] <= rtt_ms + EXCESS_MS, entry
+    # Kernel to kernel (the readers' wake-ups are their waits): the issue's
+    # 1 ms, where it was EXCESS_MS while spans were timed at each read.
+    assert entry["median_ms"] <= rtt_ms + HOP_MS, entry
 
 
 def test_the_events_raise_lands_on_its_hop(traced, record_property):

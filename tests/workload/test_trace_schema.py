@@ -112,10 +112,14 @@ def test_spans_name_every_process_op_and_parent(binaries, start_node, tmp_path):
             "wl.reply.bytes": 100, "wl.proto": "tcp", "wl.thread": 0, "wl.session": 0})
         request_ids.add(request["attrs"]["wl.request_id"])
         assert request["attrs"]["wl.send_lateness_us"] >= 0  # open loop (-r)
+        # Its reply waited for the client's read; the span still ends at the read.
+        assert 0 <= request["attrs"]["wl.reply.wait_us"] <= duration_us(request)
         serve = check(one("front-1", "serve"), 2, request, {
             "wl.status": "ok", "wl.request.bytes": 1000, "wl.reply.bytes": 100, "wl.proto": "tcp",
             "wl.skipped": 1})
-        assert serve["attrs"]["wl.peer"].startswith("127.0.0.1:") and serve["attrs"]["wl.queue_us"] >= 0
+        assert serve["attrs"]["wl.peer"].startswith("127.0.0.1:")
+        # It starts at the kernel's receive of the request, wl.socket_us before the node read it.
+        assert 0 <= serve["attrs"]["wl.socket_us"] <= serve["attrs"]["wl.queue_us"]
         # One clock on this host: the client's request encloses the node's serve.
         assert int(request["startTimeUnixNano"]) <= int(serve["startTimeUnixNano"])
         assert int(serve["endTimeUnixNano"]) <= int(request["endTimeUnixNano"])
@@ -130,6 +134,9 @@ def test_spans_name_every_process_op_and_parent(binaries, start_node, tmp_path):
         for node, status in ((db, "ok"), (cache, "ok"), (slow, "abandoned")):
             check(sends[node.addr], 3, forward, {"wl.attempt": 0, "wl.status": status, "net.peer.name": "127.0.0.1",
                                                  "net.peer.port": node.port}, code=1 if status == "ok" else 0)
+        for node in (db, cache):  # a reply came: how long it waited for front to read it
+            assert 0 <= sends[node.addr]["attrs"]["wl.reply.wait_us"] <= duration_us(sends[node.addr])
+        assert "wl.reply.wait_us" not in sends[slow.addr]["attrs"]  # none came
         assert sends[slow.addr]["endTimeUnixNano"] == forward["endTimeUnixNano"]  # given up at the quorum
         store = check(one("front-1", "store"), 1, serve, {"wl.bytes": 2048, "wl.offset": 16384, "wl.sync": "psync"})
         assert int(store["startTimeUnixNano"]) >= int(forward["endTimeUnixNano"])

@@ -51,10 +51,12 @@ def test_trace_follows_the_reply_that_completed_the_quorum(binaries, start_node,
     assert abs(mine["p50_ms"] - own["latency_us"]["p50"] / 1000) <= 0.01 * mine["p50_ms"]
     parts = {(b["kind"], b.get("instance") or (b["from"], b["to"])): b for b in summary["breakdown"]}
     assert {("network", ("client-1", "front-1")), ("wait", "front-1"), ("compute", "front-1"),
-            ("network", ("front-1", "cache-1")), ("wait", "cache-1"), ("compute", "cache-1")} <= set(parts) <= {
+            ("network", ("front-1", "cache-1")), ("wait", "cache-1"), ("compute", "cache-1"),
+            ("wait", "client-1")} <= set(parts) <= {
         ("network", ("client-1", "front-1")), ("wait", "front-1"), ("compute", "front-1"),
         ("network", ("front-1", "cache-1")), ("wait", "cache-1"), ("compute", "cache-1"),
-        ("network", ("front-1", "db-1")), ("wait", "db-1"), ("compute", "db-1")}
+        ("network", ("front-1", "db-1")), ("wait", "db-1"), ("compute", "db-1"), ("wait", "client-1")}
+    assert parts[("wait", "client-1")]["count"] == REQUESTS  # its wake-up to read each reply
     hops = [parts.get(("network", ("front-1", target)), {}).get("count", 0) for target in ("cache-1", "db-1")]
     assert sum(hops) == REQUESTS and hops[0] > 0  # one critical target per request, never slow-1
     for where, asked in (("front-1", 2.0), ("cache-1", 3.0), ("db-1", 1.0)):

@@ -5,6 +5,7 @@
 #include "output.h"
 #include "pacing.h"
 #include "records_dw.h"
+#include "rxstamp.h"
 #include "trace.h"
 
 #include <pthread.h>
@@ -73,6 +74,7 @@ struct wl_rx {
 	uint64_t tail_left, tail_id; /* bytes still to drop of a large reply */
 	uint32_t tail_len;           /* that reply's whole length */
 	uint64_t last_rx_ns;         /* when bytes last arrived */
+	uint64_t reply_wait_ns;      /* tracing: from the kernel's receive of the last read's bytes to the read */
 	uint8_t tail_status;
 	bool lost, udp;
 	bool shared;  /* a sender thread uses the socket too (see wl_rx_read) */

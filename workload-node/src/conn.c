@@ -3,6 +3,7 @@
  * --max-backlog bytes (unsent replies, unfinished requests) is not read
  * until it drains, so a client that never reads cannot grow the node. */
 #include "node.h"
+#include "rxstamp.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -76,6 +77,10 @@ struct wl_conn *wl_conn_new(struct wl_worker *w, enum wl_conn_kind kind, int fd,
 	struct wl_conn *c = conn_alloc(w, kind, fd, events);
 	if (!c && kind == WL_CONN_IN)
 		wl_conn_unadmit(w->node);
+	/* Tracing: a serve starts, and a forward.send's reply is timed, at the
+	 * kernel's receive (rxstamp.h); refused, at the read. */
+	if (c && w->trace && kind != WL_CONN_LISTEN)
+		wl_rxstamp_enable(fd);
 	return c;
 }
 

@@ -227,7 +227,7 @@ static void settle(struct wl_job *j)
 		if (j->pending[i] == NO_PENDING)
 			continue;
 		if (w->trace)
-			wl_span_forward_send(&w->pend[j->pending[i]], WL_SPAN_ABANDONED, now_rt);
+			wl_span_forward_send(&w->pend[j->pending[i]], WL_SPAN_ABANDONED, now_rt, 0);
 		release(w, j->pending[i]);
 	}
 	uint8_t status = done ? WL_ST_OK : j->timeouts ? WL_ST_TIMEOUT : WL_ST_ERR;
@@ -239,13 +239,14 @@ static void settle(struct wl_job *j)
 		wl_job_finish(j, status);
 }
 
-static void target_result(struct wl_worker *w, uint32_t slot, uint8_t status)
+/* reply_rt_ns: when the reply that settles it arrived (tracing), 0 for a timeout or error. */
+static void target_result(struct wl_worker *w, uint32_t slot, uint8_t status, uint64_t reply_rt_ns)
 {
 	struct wl_pending *p = &w->pend[slot];
 	struct wl_job *j = p->job;
 	unsigned target = p->target, attempt = p->attempt;
 	if (w->trace)
-		wl_span_forward_send(p, status, wl_realtime_ns());
+		wl_span_forward_send(p, status, wl_realtime_ns(), reply_rt_ns);
 	release(w, slot);
 	if (status != WL_ST_OK && attempt < j->op.fwd.retries) {
 		WL_COUNT(w, fwd_retries, 1);
@@ -263,7 +264,7 @@ static void target_result(struct wl_worker *w, uint32_t slot, uint8_t status)
 	settle(j);
 }
 
-void wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len)
+void wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns)
 {
 	struct wl_hdr hdr;
 	const char *why;
@@ -272,7 +273,7 @@ void wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len)
 	uint32_t slot = (uint32_t)hdr.id, gen = (uint32_t)(hdr.id >> 32);
 	if (slot >= w->pend_cap || !w->pend[slot].in_use || w->pend[slot].gen != gen)
 		return; /* late: the quorum was settled without it */
-	target_result(w, slot, wl_reply_status(msg));
+	target_result(w, slot, wl_reply_status(msg), rx_rt_ns);
 }
 
 void wl_fwd_conn_failed(struct wl_conn *c)
@@ -303,7 +304,7 @@ void wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns)
 			continue;
 		if (!p->failed)
 			WL_COUNT(w, fwd_timeouts, 1);
-		target_result(w, s, p->failed ? WL_ST_ERR : WL_ST_TIMEOUT);
+		target_result(w, s, p->failed ? WL_ST_ERR : WL_ST_TIMEOUT, 0);
 	}
 }
 

@@ -113,7 +113,7 @@ void wl_job_resume(struct wl_job *j)
 }
 
 static struct wl_job *job_new(struct wl_worker *w, const uint8_t *msg, size_t used, const struct wl_hdr *hdr,
-			      uint64_t rx_rt_ns)
+			      const struct wl_rx_stamp *rx_at)
 {
 	struct wl_job *j = calloc(1, sizeof(*j));
 	uint8_t *copy = malloc(used); /* padding after the chain is not kept */
@@ -132,13 +132,13 @@ static struct wl_job *job_new(struct wl_worker *w, const uint8_t *msg, size_t us
 	memcpy(j->trace_id, hdr->trace_id, 16);
 	memcpy(j->parent_span, hdr->parent_span, 8);
 	if (w->trace)
-		wl_span_job_init(j, hdr, rx_rt_ns);
+		wl_span_job_init(j, hdr, rx_at);
 	wl_request_chain(copy, used, &j->reply_len, &j->cur);
 	j->held = job_charge(j, used);
 	return j;
 }
 
-struct wl_job *wl_job_accept(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns,
+struct wl_job *wl_job_accept(struct wl_worker *w, const uint8_t *msg, size_t len, const struct wl_rx_stamp *rx_at,
 			     enum wl_cap *cap)
 {
 	const char *why;
@@ -151,7 +151,7 @@ struct wl_job *wl_job_accept(struct wl_worker *w, const uint8_t *msg, size_t len
 	wl_decode_hdr(msg, len, &hdr, &why);
 	WL_COUNT(w, requests, 1);
 	*cap = wl_caps_check(&w->node->cfg, msg, used);
-	return job_new(w, msg, used, &hdr, rx_rt_ns);
+	return job_new(w, msg, used, &hdr, rx_at);
 }
 
 void wl_job_start(struct wl_job *j, struct wl_conn *origin, enum wl_cap cap)

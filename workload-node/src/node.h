@@ -8,6 +8,7 @@
 #pragma once
 #include "net.h"
 #include "outq.h"
+#include "rxstamp.h"
 #include "wire.h"
 
 #include <getopt.h>
@@ -86,7 +87,7 @@ struct wl_conn {
 	struct wl_addr peer;   /* outbound target */
 	uint32_t npend;        /* outbound: forwards waiting for a reply on it */
 	uint64_t last_used_ns; /* outbound: last forward sent or settled */
-	uint64_t rx_rt_ns;     /* tracing: when bytes last arrived (CLOCK_REALTIME) */
+	struct wl_rx_stamp rx_at; /* tracing: when the last read's bytes arrived, and the read */
 	struct wl_conn *next_dead;
 };
 
@@ -97,10 +98,11 @@ struct wl_job {
 	struct sockaddr_storage peer; /* the sender: where a UDP reply goes; for TCP only when tracing */
 	socklen_t peerlen;
 	uint64_t id;
-	/* tracing (spans.c): the serve span, its start (the request read whole),
-	 * when its first op started, the forward span of the FORWARD in progress */
+	/* tracing (spans.c): the serve span, its start (the kernel's receive of
+	 * the request's last byte), when the node read that byte, when its first
+	 * op started, the forward span of the FORWARD in progress */
 	uint8_t trace_id[16], span_id[8], parent_span[8], fwd_span[8];
-	uint64_t start_rt_ns, first_op_rt_ns;
+	uint64_t start_rt_ns, read_rt_ns, first_op_rt_ns;
 	uint32_t req_bytes;
 	uint16_t skipped;
 	uint8_t *msg;
@@ -174,19 +176,20 @@ struct wl_node {
 /* job.c */
 /* A complete message: validated (NULL, counted, if it breaks a rule), copied
  * without its padding; *cap says which cap it exceeds, if any. */
-struct wl_job *wl_job_accept(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns,
-			     enum wl_cap *cap);
+struct wl_job *wl_job_accept(struct wl_worker *w, const uint8_t *msg, size_t len, const struct wl_rx_stamp *rx_at,
+			     enum wl_cap *cap); /* rx_at: when tracing, when the message arrived */
 /* Charge the job to its origin and run it, or answer ERR at once for a cap. */
 void wl_job_start(struct wl_job *job, struct wl_conn *origin, enum wl_cap cap);
 void wl_job_resume(struct wl_job *job);                 /* continue the chain */
 void wl_job_finish(struct wl_job *job, uint8_t status); /* reply and free */
 
 /* spans.c: the node's spans (only when the worker traces); status is a wl.status (trace.h) */
-void wl_span_job_init(struct wl_job *job, const struct wl_hdr *hdr, uint64_t rx_rt_ns); /* ids, start */
+void wl_span_job_init(struct wl_job *job, const struct wl_hdr *hdr, const struct wl_rx_stamp *rx_at); /* ids, start */
 void wl_span_serve(const struct wl_job *job, int status, uint32_t reply_bytes, uint64_t end_rt_ns);
 void wl_span_op(const struct wl_job *job, int status, uint64_t end_rt_ns); /* COMPUTE, LOAD, STORE */
 void wl_span_forward(const struct wl_job *job, int status, uint64_t end_rt_ns);
-void wl_span_forward_send(const struct wl_pending *p, int status, uint64_t end_rt_ns);
+/* reply_rt_ns: the kernel's receive of the reply that settles it; 0 without a reply */
+void wl_span_forward_send(const struct wl_pending *p, int status, uint64_t end_rt_ns, uint64_t reply_rt_ns);
 void wl_span_refused(struct wl_conn *c, const struct wl_hdr *hdr); /* over --max-request, never read */
 
 /* worker.c (the loop) and conn.c (connections) */
@@ -233,7 +236,7 @@ void wl_compute(struct wl_worker *w, const struct wl_op *op);
 
 /* forward.c */
 void wl_fwd_start(struct wl_job *job);
-void wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len);
+void wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns);
 void wl_fwd_conn_failed(struct wl_conn *c);
 void wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns);
 int wl_fwd_timeout_ms(struct wl_worker *w, uint64_t now_ns); /* -1: nothing pending */

@@ -35,6 +35,8 @@ static int send_all(int fd, const uint8_t *p, size_t n)
 static int pair_connect(struct pair *p, uint64_t lo, uint64_t hi, uint32_t session)
 {
 	int fd = wl_session_connect(p, session);
+	if (fd >= 0 && p->cl->trace)
+		wl_rxstamp_enable(fd); /* a request's span tells when its reply arrived (replies.c) */
 	if (fd >= 0)
 		return fd;
 	for (uint64_t i = lo; i < hi; i++) {

@@ -20,9 +20,16 @@ void wl_rx_init(struct wl_rx *rx, int fd, uint64_t lo, bool udp)
 
 void wl_rx_free(struct wl_rx *rx) { wl_buf_free(&rx->in); }
 
-/* Request i's root span (trace.h): from its send to its reply, or to when the client gave up. */
+/* A reply as it was read: its length, and how long it waited for the read
+ * after the kernel received its last byte (tracing). */
+struct reply_in {
+	uint32_t bytes;
+	uint64_t wait_ns;
+};
+
+/* Request i's root span (trace.h): from its send to its reply, or to when the client gave up (reply NULL). */
 static void request_span(struct pair *p, uint64_t i, uint8_t status, uint64_t send_ns, uint64_t now,
-			 uint32_t reply_bytes)
+			 const struct reply_in *reply)
 {
 	struct client *cl = p->cl;
 	const struct wl_req_trace *t = &p->ids[i];
@@ -33,7 +40,9 @@ static void request_span(struct pair *p, uint64_t i, uint8_t status, uint64_t se
 	wl_span_int(&s, "wl.request_id", (int64_t)((uint64_t)p->index << 40 | i)); /* the id on the wire */
 	wl_span_int(&s, "wl.attempt", 0);                                         /* the client never retries */
 	wl_span_int(&s, "wl.request.bytes", t->req_bytes);
-	wl_span_int(&s, "wl.reply.bytes", reply_bytes);
+	wl_span_int(&s, "wl.reply.bytes", reply ? reply->bytes : 0);
+	if (reply) /* the client's wake-up to read it: a wait here, not the network's */
+		wl_span_int(&s, "wl.reply.wait_us", (int64_t)(reply->wait_ns / 1000));
 	wl_span_str(&s, "wl.proto", cl->to.proto == WL_PROTO_UDP ? "udp" : "tcp");
 	if (cl->pace_mode != WL_PACE_CLOSED)
 		wl_span_int(&s, "wl.send_lateness_us", p->recs[i].late_ns / 1000);
@@ -47,19 +56,19 @@ void wl_rx_span_unsent(struct pair *p, uint64_t i)
 	wl_trace_new_id(p->ids[i].trace_id, 16);
 	wl_trace_new_id(p->ids[i].span_id, 8);
 	p->ids[i].req_bytes = 0;
-	request_span(p, i, WL_ST_ERR, p->recs[i].send_ns, p->recs[i].send_ns, 0);
+	request_span(p, i, WL_ST_ERR, p->recs[i].send_ns, p->recs[i].send_ns, NULL);
 }
 
-/* replied: a reply of reply_bytes arrived (its latency counts, whatever its
- * status); else the client gave up. */
-static void resolve(struct pair *p, uint64_t i, uint8_t status, uint64_t now, bool replied, uint32_t reply_bytes)
+/* reply: the reply that came (its latency counts, whatever its status);
+ * NULL: the client gave up. */
+static void resolve(struct pair *p, uint64_t i, uint8_t status, uint64_t now, const struct reply_in *reply)
 {
 	struct wl_record *r = &p->recs[i];
 	uint64_t send_ns = __atomic_load_n(&r->send_ns, __ATOMIC_ACQUIRE);
 	r->latency_ns = now - send_ns;
 	r->status = status;
 	__atomic_store_n(&r->done, 1, __ATOMIC_RELEASE); /* collect.c reads the record once done */
-	if (replied)
+	if (reply)
 		wl_hist_add(&p->sum.hist, r->latency_ns);
 	p->sum.timeout += status == WL_ST_TIMEOUT;
 	p->sum.ok += status == WL_ST_OK;
@@ -67,14 +76,16 @@ static void resolve(struct pair *p, uint64_t i, uint8_t status, uint64_t now, bo
 	if (now > p->sum.last_done_ns)
 		p->sum.last_done_ns = now;
 	if (p->cl->trace)
-		request_span(p, i, status, send_ns, now, reply_bytes);
+		request_span(p, i, status, send_ns, now, reply);
 }
 
-static void finish(struct pair *p, uint64_t id, uint8_t status, uint64_t now, uint32_t reply_bytes)
+static void finish(struct pair *p, const struct wl_rx *rx, uint64_t id, uint8_t status, uint64_t now,
+		   uint32_t reply_bytes)
 {
 	uint64_t i = id & 0xffffffffffull, sent = __atomic_load_n(&p->sent, __ATOMIC_ACQUIRE);
+	struct reply_in reply = {.bytes = reply_bytes, .wait_ns = rx->reply_wait_ns};
 	if (i >= p->lo && i < sent && !p->recs[i].done)
-		resolve(p, i, status, now, true, reply_bytes);
+		resolve(p, i, status, now, &reply);
 }
 
 /* Parse replies out of rx->in. A reply bigger than what has arrived is
@@ -101,7 +112,7 @@ static void take_replies(struct pair *p, struct wl_rx *rx, uint64_t now)
 			rx->tail_len = hdr.len;
 			break;
 		}
-		finish(p, hdr.id, status, now, hdr.len);
+		finish(p, rx, hdr.id, status, now, hdr.len);
 	}
 	if (wl_buf_avail(in) == 0)
 		in->off = in->len = 0;
@@ -122,9 +133,9 @@ void wl_rx_expire(struct pair *p, struct wl_rx *rx, uint64_t now)
 	while (rx->cursor < sent) { /* oldest first: deadlines are in send order */
 		struct wl_record *r = &p->recs[rx->cursor];
 		if (!r->done && (rx->lost || refused))
-			resolve(p, rx->cursor, WL_ST_ERR, now, false, 0);
+			resolve(p, rx->cursor, WL_ST_ERR, now, NULL);
 		else if (!r->done && now >= __atomic_load_n(&r->send_ns, __ATOMIC_ACQUIRE) + eff_timeout(p))
-			resolve(p, rx->cursor, WL_ST_TIMEOUT, now, false, 0);
+			resolve(p, rx->cursor, WL_ST_TIMEOUT, now, NULL);
 		else if (!r->done)
 			break;
 		rx->cursor++;
@@ -189,7 +200,12 @@ int wl_rx_read(struct pair *p, struct wl_rx *rx, int wait_ms)
 	}
 	/* wait_ms 0 (busy polling, or a deadline already passed) never blocks;
 	 * SO_RCVTIMEO of 0 would mean "forever". */
-	ssize_t n = recv(rx->fd, in->data + in->len, in->cap - in->len, wait_ms > 0 ? 0 : MSG_DONTWAIT);
+	int flags = wait_ms > 0 ? 0 : MSG_DONTWAIT;
+	uint8_t *to = in->data + in->len;
+	size_t room = in->cap - in->len;
+	struct wl_rx_stamp at;
+	ssize_t n = p->cl->trace ? wl_recv_stamped(rx->fd, to, room, flags, NULL, NULL, &at)
+				 : recv(rx->fd, to, room, flags);
 	if (n < 0 && rx->udp && errno == ECONNREFUSED)
 		__atomic_store_n(&p->udp_refused, 1, __ATOMIC_RELEASE); /* settled by the next wl_rx_expire */
 	if (n < 0 && (errno == EAGAIN || errno == EINTR || (rx->udp && errno == ECONNREFUSED)))
@@ -200,13 +216,17 @@ int wl_rx_read(struct pair *p, struct wl_rx *rx, int wait_ms)
 	}
 	uint64_t now = wl_now_ns();
 	rx->last_rx_ns = now;
+	/* Tracing: the replies this read completes waited this long for it.
+	 * The latency (the application's view) still runs to the read. */
+	if (p->cl->trace)
+		rx->reply_wait_ns = at.read_rt_ns - at.kernel_rt_ns;
 	if (rx->tail_left) {
 		uint64_t drop = (uint64_t)n < rx->tail_left ? (uint64_t)n : rx->tail_left;
 		rx->tail_left -= drop;
 		memmove(in->data + in->len, in->data + in->len + drop, (size_t)n - drop);
 		n -= (ssize_t)drop;
 		if (rx->tail_left == 0)
-			finish(p, rx->tail_id, rx->tail_status, now, rx->tail_len);
+			finish(p, rx, rx->tail_id, rx->tail_status, now, rx->tail_len);
 	}
 	in->len += (size_t)n;
 	take_replies(p, rx, now);

@@ -15,6 +15,12 @@
 
 #define ADDR_TEXT 64
 
+/* Whole microseconds from one CLOCK_REALTIME time to a later one; 0 if it is not later. */
+static int64_t us_between(uint64_t from_ns, uint64_t to_ns)
+{
+	return to_ns > from_ns ? (int64_t)((to_ns - from_ns) / 1000) : 0;
+}
+
 /* "host:port" or "[v6]:port", "udp://" first for UDP: the client's syntax. */
 static void addr_text(char out[ADDR_TEXT], char host[INET6_ADDRSTRLEN], int proto, int af, const void *raw,
 		      unsigned port)
@@ -57,7 +63,7 @@ static bool peer_text(const struct wl_job *j, char out[ADDR_TEXT])
 	return false;
 }
 
-void wl_span_job_init(struct wl_job *j, const struct wl_hdr *hdr, uint64_t rx_rt_ns)
+void wl_span_job_init(struct wl_job *j, const struct wl_hdr *hdr, const struct wl_rx_stamp *rx_at)
 {
 	/* A request without trace context (a client that does not trace)
 	 * starts a trace here; its reply carries the new trace id. */
@@ -66,7 +72,10 @@ void wl_span_job_init(struct wl_job *j, const struct wl_hdr *hdr, uint64_t rx_rt
 		memset(j->parent_span, 0, 8);
 	}
 	wl_trace_new_id(j->span_id, 8);
-	j->start_rt_ns = rx_rt_ns ? rx_rt_ns : wl_realtime_ns();
+	/* From the kernel's receive: a late read (the worker's wake-up, or a
+	 * worker busy elsewhere) is this node's queueing, not the network's. */
+	j->read_rt_ns = rx_at && rx_at->read_rt_ns ? rx_at->read_rt_ns : wl_realtime_ns();
+	j->start_rt_ns = rx_at && rx_at->kernel_rt_ns ? rx_at->kernel_rt_ns : j->read_rt_ns;
 	j->req_bytes = hdr->len;
 }
 
@@ -78,7 +87,8 @@ void wl_span_serve(const struct wl_job *j, int status, uint32_t reply_bytes, uin
 	wl_span_begin(&s, j->trace_id, j->span_id, j->parent_span, "serve", WL_SPAN_SERVER, j->start_rt_ns, end_rt_ns);
 	wl_span_int(&s, "wl.request.bytes", j->req_bytes);
 	wl_span_int(&s, "wl.reply.bytes", reply_bytes);
-	wl_span_int(&s, "wl.queue_us", first > j->start_rt_ns ? (int64_t)((first - j->start_rt_ns) / 1000) : 0);
+	wl_span_int(&s, "wl.queue_us", us_between(j->start_rt_ns, first));
+	wl_span_int(&s, "wl.socket_us", us_between(j->start_rt_ns, j->read_rt_ns));
 	if (peer_text(j, peer))
 		wl_span_str(&s, "wl.peer", peer);
 	wl_span_str(&s, "wl.proto", j->udp_fd >= 0 ? "udp" : "tcp");
@@ -92,7 +102,7 @@ void wl_span_refused(struct wl_conn *c, const struct wl_hdr *hdr)
 	struct wl_job j = {.w = c->w, .udp_fd = -1, .peer = c->peer.sa, .peerlen = c->peer.salen};
 	memcpy(j.trace_id, hdr->trace_id, 16);
 	memcpy(j.parent_span, hdr->parent_span, 8);
-	wl_span_job_init(&j, hdr, c->rx_rt_ns);
+	wl_span_job_init(&j, hdr, &c->rx_at);
 	wl_span_serve(&j, WL_ST_ERR, WL_REPLY_MIN, wl_realtime_ns());
 }
 
@@ -141,7 +151,7 @@ void wl_span_forward(const struct wl_job *j, int status, uint64_t end_rt_ns)
 	wl_trace_emit(j->w->trace, &s, status);
 }
 
-void wl_span_forward_send(const struct wl_pending *p, int status, uint64_t end_rt_ns)
+void wl_span_forward_send(const struct wl_pending *p, int status, uint64_t end_rt_ns, uint64_t reply_rt_ns)
 {
 	const struct wl_job *j = p->job;
 	char text[ADDR_TEXT], host[INET6_ADDRSTRLEN];
@@ -153,5 +163,7 @@ void wl_span_forward_send(const struct wl_pending *p, int status, uint64_t end_r
 	wl_span_int(&s, "wl.attempt", p->attempt);
 	wl_span_str(&s, "net.peer.name", host);
 	wl_span_int(&s, "net.peer.port", port);
+	if (reply_rt_ns) /* this node's wake-up to read the reply: a wait here, not the network's */
+		wl_span_int(&s, "wl.reply.wait_us", us_between(reply_rt_ns, end_rt_ns));
 	wl_trace_emit(j->w->trace, &s, status);
 }

@@ -30,7 +30,7 @@ static bool skip_bytes(struct wl_conn *c, struct wl_buf *src)
  * its padding is dropped as it arrives instead of being buffered. */
 static void outbound_reply(struct wl_conn *c, struct wl_buf *src, const struct wl_hdr *hdr)
 {
-	wl_fwd_on_reply(c->w, wl_buf_head(src), WL_REPLY_MIN);
+	wl_fwd_on_reply(c->w, wl_buf_head(src), WL_REPLY_MIN, c->w->trace ? c->rx_at.kernel_rt_ns : 0);
 	size_t have = wl_buf_avail(src) < hdr->len ? wl_buf_avail(src) : hdr->len;
 	src->off += have;
 	c->skip = hdr->len - have;
@@ -112,7 +112,7 @@ static bool drain_messages(struct wl_conn *c, struct wl_buf *src)
 		if (wl_buf_avail(src) < hdr.len)
 			return true; /* wait for the rest */
 		enum wl_cap cap;
-		struct wl_job *j = wl_job_accept(w, wl_buf_head(src), hdr.len, c->rx_rt_ns, &cap);
+		struct wl_job *j = wl_job_accept(w, wl_buf_head(src), hdr.len, w->trace ? &c->rx_at : NULL, &cap);
 		if (!j)
 			return false;
 		src->off += hdr.len;
@@ -199,11 +199,13 @@ static void on_stream(struct wl_conn *c, uint32_t events)
 			wl_conn_kill(c);
 			return;
 		}
-		ssize_t n = recv(c->fd, dst->data + dst->len, dst->cap - dst->len, 0);
+		/* Tracing: a request completed by this read starts its serve span when
+		 * its last byte arrived; a reply ends its forward.send's network time then. */
+		ssize_t n = w->trace ? wl_recv_stamped(c->fd, dst->data + dst->len, dst->cap - dst->len, 0, NULL, NULL,
+						       &c->rx_at)
+				     : recv(c->fd, dst->data + dst->len, dst->cap - dst->len, 0);
 		if (n > 0) {
 			WL_COUNT(w, bytes_in, (uint64_t)n);
-			if (w->trace) /* a request read whole by this recv starts its serve span now */
-				c->rx_rt_ns = wl_realtime_ns();
 			dst->len += (size_t)n;
 			bool ok = drain_messages(c, dst);
 			if (ok && !partial && wl_buf_avail(dst) > 0) { /* keep the unfinished message */
@@ -253,7 +255,10 @@ static void on_udp(struct wl_conn *c)
 	for (int i = 0; i < 64; i++) {
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
-		ssize_t n = recvfrom(c->fd, dgram, sizeof(dgram), 0, (struct sockaddr *)&peer, &plen);
+		struct sockaddr *from = (struct sockaddr *)&peer;
+		struct wl_rx_stamp at;
+		ssize_t n = w->trace ? wl_recv_stamped(c->fd, dgram, sizeof(dgram), 0, from, &plen, &at)
+				     : recvfrom(c->fd, dgram, sizeof(dgram), 0, from, &plen);
 		if (n < 0) {
 			if (errno != EAGAIN && errno != EINTR)
 				wl_err("worker %d: recvfrom: %s", w->index, strerror(errno));
@@ -261,7 +266,7 @@ static void on_udp(struct wl_conn *c)
 		}
 		WL_COUNT(w, bytes_in, (uint64_t)n);
 		enum wl_cap cap;
-		struct wl_job *j = wl_job_accept(w, dgram, (size_t)n, w->trace ? wl_realtime_ns() : 0, &cap);
+		struct wl_job *j = wl_job_accept(w, dgram, (size_t)n, w->trace ? &at : NULL, &cap);
 		if (!j)
 			continue; /* a bad datagram is counted and dropped; the socket lives on */
 		j->udp_fd = c->fd;
