@@ -1,12 +1,15 @@
 """`collapsar trace` on spans the real wl-node and wl-client wrote (the
 analysis itself is tested on hand-made spans in tests/unit/test_trace_*.py):
-a fan-out with a quorum of 2 of 3 whose third target computes far longer
-than the others, so its reply never completes the quorum.  Which of the
-other two replies second varies on a busy machine (wall-clock computes
-contend for the CPUs), so the test checks that each request took one of
-them, never the abandoned one."""
+a fan-out with a quorum of 2 of 3 whose third target is stopped (SIGSTOP)
+until the client is done, so its reply never completes the quorum (a long
+compute there once did, at a load of 8: two 1-3 ms replies waited longer
+for a CPU than its 20 ms).  Which of the other two replies second varies on
+a busy machine (wall-clock computes contend for the CPUs), so the test
+checks that each request took one of them, never the abandoned one."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -28,13 +31,18 @@ def test_trace_follows_the_reply_that_completed_the_quorum(binaries, start_node,
     run = tmp_path / "run"
     (run / "workload").mkdir(parents=True)
     nodes = {name: start_node(env=env(run, name)) for name in ("db-1", "cache-1", "slow-1", "front-1")}
-    # db answers first (1 ms), cache second (3 ms: completes the quorum), slow is abandoned (20 ms).
-    client = subprocess.run(
-        [str(binaries["client"]), "--to", nodes["front-1"].addr, "-C", "2ms,wall",
-         "-F", f"{nodes['db-1'].addr},{nodes['cache-1'].addr},{nodes['slow-1'].addr},nack=2,branch",
-         "-C", "1ms,wall", "--next-branch", "-C", "3ms,wall", "--next-branch", "-C", "20ms,wall", "--fwd-end",
-         "-r", "10", "-n", str(REQUESTS), "--json"],
-        capture_output=True, text=True, timeout=120, env={**sanitizer_env(), **env(run, "client-1")})
+    # db answers first (1 ms), cache second (3 ms: completes the quorum), slow is abandoned: the
+    # kernel takes its connection and requests, the stopped process answers none until the end.
+    os.kill(nodes["slow-1"].proc.pid, signal.SIGSTOP)
+    try:
+        client = subprocess.run(
+            [str(binaries["client"]), "--to", nodes["front-1"].addr, "-C", "2ms,wall",
+             "-F", f"{nodes['db-1'].addr},{nodes['cache-1'].addr},{nodes['slow-1'].addr},nack=2,branch",
+             "-C", "1ms,wall", "--next-branch", "-C", "3ms,wall", "--next-branch", "-C", "20ms,wall", "--fwd-end",
+             "-r", "10", "-n", str(REQUESTS), "--json"],
+            capture_output=True, text=True, timeout=120, env={**sanitizer_env(), **env(run, "client-1")})
+    finally:
+        os.kill(nodes["slow-1"].proc.pid, signal.SIGCONT)
     assert client.returncode == 0, client.stderr
     own = json.loads(client.stdout)
     for node in nodes.values():
