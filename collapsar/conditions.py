@@ -17,7 +17,13 @@ import numpy as np
 from .errors import Problem, TopologyError
 from .graph import RunGraph
 from .model import (
-    BridgeEvent, Event, LinkEvent, LinkProps, LinkSetEvent, PartitionEvent, ServiceEvent,
+    BridgeEvent,
+    Event,
+    LinkEvent,
+    LinkProps,
+    LinkSetEvent,
+    PartitionEvent,
+    ServiceEvent,
 )
 
 DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
@@ -52,7 +58,7 @@ class Conditions:
             spec = graph.specs[link.spec]
             self._set(link.id, spec.up if link.direction == "up" else spec.down)
 
-    def copy(self) -> "Conditions":
+    def copy(self) -> Conditions:
         clone = copy.copy(self)
         for name in ("spec_on", "bridge_on", "instance_on", "disconnected", "delay_us",
                      "jitter_us", "loss_ratio", "rate_bps", "dist_code"):

@@ -138,9 +138,9 @@ class RunGraph:
         self.node_index = {name: i for i, name in enumerate(names)}
         self.instance_index = {name: i for i, name in enumerate(self.instances)}
         count = len(self.links)
-        self.link_src = np.fromiter((self.node_index[l.src] for l in self.links), np.int64, count)
-        self.link_dst = np.fromiter((self.node_index[l.dst] for l in self.links), np.int64, count)
-        self.link_spec = np.fromiter((l.spec for l in self.links), np.int64, count)
+        self.link_src = np.fromiter((self.node_index[link.src] for link in self.links), np.int64, count)
+        self.link_dst = np.fromiter((self.node_index[link.dst] for link in self.links), np.int64, count)
+        self.link_spec = np.fromiter((link.spec for link in self.links), np.int64, count)
         self.links_of_spec: list[list[DirectedLink]] = [[] for _ in self.specs]
         for link in self.links:
             self.links_of_spec[link.spec].append(link)

@@ -18,8 +18,9 @@ Vocabulary:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Union
+from typing import Literal
 
 from .errors import Where
 
@@ -163,7 +164,7 @@ class PartitionEvent:
     where: Where | None = None
 
 
-Event = Union[ServiceEvent, BridgeEvent, LinkEvent, LinkSetEvent, PartitionEvent]
+Event = ServiceEvent | BridgeEvent | LinkEvent | LinkSetEvent | PartitionEvent
 
 
 @dataclass(frozen=True)

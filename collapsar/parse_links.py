@@ -111,7 +111,7 @@ def read_direction(report: Report, node: Node, label: str) -> bool | None:
     return None if value is None else value == "one-way"
 
 
-def element(report: Report, node: Node, label: str, elements: "Elements") -> str | None:
+def element(report: Report, node: Node, label: str, elements: Elements) -> str | None:
     value = pc.text(report, node, label)
     if value is not None and value not in elements.where:
         if value in elements.declared:
@@ -129,7 +129,7 @@ def link_label(node: Node, index: int) -> str:
     return f"link {index + 1}"
 
 
-def parse_links(report: Report, node: Node | None, elements: "Elements") -> list[LinkSpec]:
+def parse_links(report: Report, node: Node | None, elements: Elements) -> list[LinkSpec]:
     items = pc.section_list(report, node, "links", "links like - {from: a, to: b, latency: 5ms}")
     links: list[LinkSpec] = []
     first_line: dict[frozenset[str], int] = {}

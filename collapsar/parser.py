@@ -17,8 +17,7 @@ import shlex
 
 from . import parse_common as pc
 from .errors import Problem, TopologyError, Where
-from .model import (DEFAULT_PERIOD_US, Bridge, CommandOrigin, Experiment, Service, ServiceEvent, Settings,
-                    instance_name)
+from .model import DEFAULT_PERIOD_US, Bridge, CommandOrigin, Experiment, Service, ServiceEvent, Settings, instance_name
 from .parse_common import Report, read_input
 from .parse_events import parse_events
 from .parse_links import parse_links
@@ -43,7 +42,7 @@ def parse_file(path: str | os.PathLike) -> Experiment:
         line = data.count(b"\n", 0, error.start) + 1
         byte = data[error.start]
         raise TopologyError([Problem(Where(source, line), f"not UTF-8 text (byte 0x{byte:02x});"
-                                     " save the file as UTF-8")])
+                                     " save the file as UTF-8")]) from error
     return parse_text(text, source)
 
 

@@ -20,8 +20,19 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 from .errors import Where
-from .model import (Bridge, BridgeEvent, Event, LinkEvent, LinkProps, LinkSetEvent, LinkSpec,
-                    PartitionEvent, Service, ServiceEvent, instance_name)
+from .model import (
+    Bridge,
+    BridgeEvent,
+    Event,
+    LinkEvent,
+    LinkProps,
+    LinkSetEvent,
+    LinkSpec,
+    PartitionEvent,
+    Service,
+    ServiceEvent,
+    instance_name,
+)
 from .parse_common import Report
 from .parse_links import PropValues, build_spec, check_delays
 from .units import format_duration_us

@@ -15,8 +15,19 @@ import re
 import yaml
 
 from .errors import CollapsarError
-from .model import (DEFAULT_PERIOD_US, BridgeEvent, Event, Experiment, LinkEvent, LinkProps,
-                    LinkSetEvent, LinkSpec, PartitionEvent, Service, ServiceEvent)
+from .model import (
+    DEFAULT_PERIOD_US,
+    BridgeEvent,
+    Event,
+    Experiment,
+    LinkEvent,
+    LinkProps,
+    LinkSetEvent,
+    LinkSpec,
+    PartitionEvent,
+    Service,
+    ServiceEvent,
+)
 from .units import format_duration_us, format_rate_bps
 
 _PLAIN = re.compile(r"^(?:[A-Za-z0-9_./]|-(?=[A-Za-z0-9]))[A-Za-z0-9_./@+=-]*$")

@@ -25,8 +25,8 @@ import json
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..errors import CollapsarError, TopologyError
 from ..parse_common import Report

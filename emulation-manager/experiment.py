@@ -5,7 +5,7 @@ need (to decide whether netem is needed at all)."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..errors import CollapsarError
 from ..model import Experiment, Path

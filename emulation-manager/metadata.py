@@ -53,8 +53,8 @@ from __future__ import annotations
 import hmac
 import struct
 from collections import Counter, deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from ..errors import CollapsarError
 

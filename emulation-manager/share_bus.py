@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Protocol
 
 from .metadata import SEQUENCE_MOD, Codec, FlowReport, Inbox, Message, PeerFlows, SendPolicy
 from .share_routes import Routes
@@ -66,7 +67,7 @@ class MetadataBus:
         self.counters = BusCounters(dropped=self.inbox.dropped)
         self._heartbeat_periods, self._change_ratio = heartbeat_periods, change_ratio
         self._policy = {name: SendPolicy(heartbeat_periods, change_ratio) for name in self.sender_ids}
-        self._sequence = {name: 0 for name in self.sender_ids}
+        self._sequence = dict.fromkeys(self.sender_ids, 0)
         self._epoch = {name: secrets.randbelow(1 << 32) for name in self.sender_ids}
 
     def own(self, sender_ids: Mapping[str, int]) -> None:

@@ -26,8 +26,8 @@ import json
 import mimetypes
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .board import StatusBoard, paths_rows  # noqa: F401 - runs and the dashboard take them from here
 from .control import MAX_BODY_BYTES, ControlRefused, RunControl
@@ -256,7 +256,7 @@ class StatusServer:
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve, name="status", daemon=True)
 
-    def start(self) -> "StatusServer":
+    def start(self) -> StatusServer:
         self._streams.start()
         self._thread.start()
         return self

@@ -22,9 +22,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
 
 from ..errors import RunError
 from ..tcal.prepared import PreparedStep

@@ -28,8 +28,8 @@ import json
 import os
 import stat
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import CollapsarError
 from .experiment import service_of

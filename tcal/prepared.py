@@ -28,15 +28,14 @@ import ctypes
 import errno
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from collapsar.errors import EnvironmentProblem
 
 from .built import TCAL_DIR, load_built
 from .nlmsg import Request
-from .nlsock import (REPLY_TIMEOUT_S, KernelFailure, RouteSocket, answered, batches, prepared_step,
-                     set_prepared_step)
+from .nlsock import REPLY_TIMEOUT_S, KernelFailure, RouteSocket, answered, batches, prepared_step, set_prepared_step
 
 LIBRARY_PATH = TCAL_DIR / "build" / "libcxfire.so"
 _SOURCES = ("fire/fire.c", "fire/fire.h", "Makefile")

@@ -25,8 +25,18 @@ from collapsar.errors import CollapsarError, KernelError
 
 from . import nlmsg as m
 from .check import netem_missing
-from .layout import (BLACKHOLE_MINOR, DEFAULT_MINOR, ROOT_MAJOR, U32_DIVISOR, U32_LEVEL1_HTID, MinorAllocator,
-                     U32Layout, U32Slot, classid, format_handle)
+from .layout import (
+    BLACKHOLE_MINOR,
+    DEFAULT_MINOR,
+    ROOT_MAJOR,
+    U32_DIVISOR,
+    U32_LEVEL1_HTID,
+    MinorAllocator,
+    U32Layout,
+    U32Slot,
+    classid,
+    format_handle,
+)
 from .link import GsoLimit
 from .nlsock import KernelFailure, RouteSocket, interface_index, interface_mtu
 from .plan import HtbCalculator, HtbParams, LeafParams, Shaping, gso_max_segs, leaf_params, plan_tree

@@ -23,10 +23,10 @@ from __future__ import annotations
 import json
 import os
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .critical import KINDS, NETWORK, QUEUE, FORWARD_WAIT, WAIT, CriticalPaths
+from .critical import FORWARD_WAIT, KINDS, NETWORK, QUEUE, WAIT, CriticalPaths
 from .expect import Expectation
 from .load import OK, STATUSES, SpanTable
 

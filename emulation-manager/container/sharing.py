@@ -29,7 +29,7 @@ has one manager, which makes a key in memory.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ...deploy.naming import BOOTSTRAP_SERVICE, METADATA_KEY_SECRET, NETWORK
 from ..share_bus import METADATA_PORT

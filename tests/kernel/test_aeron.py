@@ -92,7 +92,7 @@ ECHO = textwrap.dedent("""
         time.sleep(0.001)
     print(json.dumps({"seen": seen, "dropped": dict(inbox.dropped)}))
     client.close()
-""" % (TAG, KEY))
+""" % (TAG, KEY))  # noqa: UP031 - the template is Python source: braces are its own
 
 
 def test_two_processes_exchange_metadata_over_ipc(drivers):

@@ -5,10 +5,10 @@ quorum, retries, failed requests and skipped ops."""
 
 import numpy as np
 import pytest
+from span_files import RunFiles, chain
 
 from collapsar.tracing.critical import KINDS, critical_paths
 from collapsar.tracing.load import read_spans, span_files
-from span_files import RunFiles, chain
 
 
 def analyse(run_dir):
