@@ -35,8 +35,7 @@ import base64
 from dataclasses import dataclass
 
 from ..manager.container.hostsfile import SHAPED_MARK
-from ..manager.experiment import service_of
-from ..model import Experiment, Service
+from ..model import Experiment, Service, service_of
 from .manager_spec import MANAGER_SPEC, manager_environment
 from .naming import (
     BOOTSTRAP_SERVICE,

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import CollapsarError
-from .experiment import service_of
+from ..model import service_of
 from .programs import resolve
 
 TRACE_ENV = "COLLAPSAR_TRACE_DIR"

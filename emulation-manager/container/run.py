@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from ...errors import CollapsarError
-from ...model import Experiment
+from ...model import Experiment, service_of
 from ..core import EmulationCore, needs_netem
-from ..experiment import all_instances, paths_from, service_of, timeline_paths
+from ..experiment import all_instances, paths_from, timeline_paths
 from ..player import Player
 from ..status import StatusBoard, StatusServer, paths_rows
 from ..topoview import topology_json
