@@ -19,6 +19,7 @@ from .graph import RunGraph
 from .model import (
     BridgeEvent,
     Event,
+    JitterDistribution,
     LinkEvent,
     LinkProps,
     LinkSetEvent,
@@ -26,7 +27,7 @@ from .model import (
     ServiceEvent,
 )
 
-DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
+DISTRIBUTIONS: tuple[JitterDistribution, ...] = ("normal", "pareto", "paretonormal", "uniform")
 NO_RATE = np.iinfo(np.int64).max  # "not limited": the neutral element of min()
 _FIELDS = ("delay_us", "jitter_us", "distribution", "loss_ratio", "rate_bps")
 
@@ -56,7 +57,9 @@ class Conditions:
         self.dist_code = np.zeros(count, np.int8)
         for link in graph.links:
             spec = graph.specs[link.spec]
-            self._set(link.id, spec.up if link.direction == "up" else spec.down)
+            props = spec.up if link.direction == "up" else spec.down
+            assert props is not None  # a "down" link is made only for a spec with a down direction
+            self._set(link.id, props)
 
     def copy(self) -> Conditions:
         clone = copy.copy(self)

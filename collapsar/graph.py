@@ -63,8 +63,8 @@ class RunGraph:
         self.links: list[DirectedLink] = []
         self._paired: set[tuple[int, str, str]] = set()
         self._instances_of: dict[str, list[str]] = {}
-        for name, service in zip(instances, service_of):
-            self._instances_of.setdefault(service, []).append(name)
+        for name, owner in zip(instances, service_of):
+            self._instances_of.setdefault(owner, []).append(name)
         for index in range(len(self.specs)):
             self._check_spec(self.specs[index])
             self._instantiate(index)
@@ -132,7 +132,10 @@ class RunGraph:
         names = list(self.bridges) + list(self.instances)
         if len(set(names)) != len(names):
             seen: set[str] = set()
-            clash = next(n for n in names if n in seen or seen.add(n))
+            for clash in names:  # the first name met a second time
+                if clash in seen:
+                    break
+                seen.add(clash)
             raise TopologyError([Problem(None, f"node name {clash!r} is used twice "
                                          "(a bridge and an instance, or two instances)")])
         self.node_index = {name: i for i, name in enumerate(names)}
