@@ -149,8 +149,8 @@ class LinkSetEvent:
     at_us: int
     a: str
     b: str
-    up: Mapping[str, object]
-    down: Mapping[str, object]
+    up: Mapping[str, int | float | str]
+    down: Mapping[str, int | float | str]
     where: Where | None = None
 
 
