@@ -207,10 +207,11 @@ class Aggregator:
     def authorized(self, header: str | None) -> bool:
         if self.token is not None:
             return bearer_matches(header, self.token)
-        return bool(header) and header.startswith("Bearer ")  # each manager checks it
+        return header is not None and header.startswith("Bearer ")  # each manager checks it
 
     def handle(self, action: str, body: object, authorization: str | None = None) -> dict:
-        replies, failures = [], []
+        replies: list[tuple[Follower, int, dict]] = []
+        failures: list[tuple[Follower, int, dict]] = []
         for index, follower in enumerate(self.followers):
             header = f"Bearer {self.tokens[index]}" if self.tokens else authorization
             code, reply = _post(f"{follower.url}/control/{action}", body, header)
