@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Protocol
@@ -95,6 +95,7 @@ class MetadataBus:
 
     def _send(self, message: Message) -> None:
         payload = self.codec.encode(message)
+        assert self.wire is not None  # publish() sends nothing without a wire
         taken = self.wire.offer(payload)
         self.counters.sent_messages += 1
         self.counters.sent_bytes += len(payload)
@@ -109,7 +110,7 @@ class MetadataBus:
         for name in self.sender_ids:
             reports = tuple(flows_by_core.get(name, ()))
             # The saturated bit is part of what the others compute with: a flip is a change.
-            key = {(f.link_ids, f.saturated): f.rate_bps for f in reports}
+            key: dict[Hashable, int] = {(f.link_ids, f.saturated): f.rate_bps for f in reports}
             if not self._policy[name].should_send(key, period):
                 continue
             self._send(self._next(name, reports))
