@@ -214,10 +214,16 @@ def container_pid_on(engine_docker, container: str) -> int:
 def check_removed(experiment: str, engines: dict, node2: Node2, inodes: set[int]) -> None:
     for node, engine_docker in engines.items():
         label = f"label=org.collapsar.experiment={experiment}"
-        wait_for(f"node {node}: every container of the experiment removed",
-                 lambda: not engine_docker("ps", "-aq", "--filter", label).split(), 90)  # noqa: B023 - called now
-        wait_for(f"node {node}: the experiment's network removed",
-                 lambda: not engine_docker("network", "ls", "-q", "--filter", label).split(), 60)  # noqa: B023 - called now
+        wait_for(
+            f"node {node}: every container of the experiment removed",
+            lambda: not engine_docker("ps", "-aq", "--filter", label).split(),  # noqa: B023 - called now
+            90,
+        )
+        wait_for(
+            f"node {node}: the experiment's network removed",
+            lambda: not engine_docker("network", "ls", "-q", "--filter", label).split(),  # noqa: B023 - called now
+            60,
+        )
         remove_trace_volume(STACK, engine_docker)
     wait_for("no Collapsar process left on either node", lambda: not collapsar_processes(), 30)
     wait_for("the containers' namespaces gone", lambda: not (inodes & netns_inodes()), 30)
