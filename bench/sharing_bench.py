@@ -134,7 +134,7 @@ def metadata_rate(n_instances, hosts=4, pattern="pairs", noise=0.03, seconds=5, 
         for sender, rates in base.items():
             measured = {links: int(rate * (1 + rng.uniform(-noise, noise))) for links, rate in rates.items()}
             if policies[sender].should_send(measured, period):
-                data = codec.encode(Message(sender, period, tuple(FlowReport(l, r) for l, r in measured.items())))
+                data = codec.encode(Message(sender, period, tuple(FlowReport(link, r) for link, r in measured.items())))
                 payload += len(data)
                 wire += wire_bytes(len(data))
     # Every message leaves its host once per other host; per host = total / hosts.
@@ -177,8 +177,6 @@ def manager_cpu_per_period(runs=40):
 
     bus = MetadataBus(host.codec, {n: host.sender_ids[n] for n in owned}, Wire(), routes=host.routes)
     loop = ShareLoop(owned, host.cores, bus, netem=True, settings=ShareSettings())
-    remote_bus = MetadataBus(remote.codec, {n: remote.sender_ids[n] for n in remote.owned}, None,
-                             routes=remote.routes)
     samples = []
     for period in range(1, runs + 4):
         # The other manager's 25 cores each send their 20 flows (changing

@@ -18,7 +18,8 @@ experiment's `path_metric`: `latency` (sum of delays; fewer hops win ties) or
 from __future__ import annotations
 
 import math
-from typing import Iterable, Iterator, NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 

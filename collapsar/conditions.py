@@ -17,10 +17,17 @@ import numpy as np
 from .errors import Problem, TopologyError
 from .graph import RunGraph
 from .model import (
-    BridgeEvent, Event, LinkEvent, LinkProps, LinkSetEvent, PartitionEvent, ServiceEvent,
+    BridgeEvent,
+    Event,
+    JitterDistribution,
+    LinkEvent,
+    LinkProps,
+    LinkSetEvent,
+    PartitionEvent,
+    ServiceEvent,
 )
 
-DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
+DISTRIBUTIONS: tuple[JitterDistribution, ...] = ("normal", "pareto", "paretonormal", "uniform")
 NO_RATE = np.iinfo(np.int64).max  # "not limited": the neutral element of min()
 _FIELDS = ("delay_us", "jitter_us", "distribution", "loss_ratio", "rate_bps")
 
@@ -50,9 +57,11 @@ class Conditions:
         self.dist_code = np.zeros(count, np.int8)
         for link in graph.links:
             spec = graph.specs[link.spec]
-            self._set(link.id, spec.up if link.direction == "up" else spec.down)
+            props = spec.up if link.direction == "up" else spec.down
+            assert props is not None  # a "down" link is made only for a spec with a down direction
+            self._set(link.id, props)
 
-    def copy(self) -> "Conditions":
+    def copy(self) -> Conditions:
         clone = copy.copy(self)
         for name in ("spec_on", "bridge_on", "instance_on", "disconnected", "delay_us",
                      "jitter_us", "loss_ratio", "rate_bps", "dist_code"):

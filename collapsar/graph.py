@@ -63,8 +63,8 @@ class RunGraph:
         self.links: list[DirectedLink] = []
         self._paired: set[tuple[int, str, str]] = set()
         self._instances_of: dict[str, list[str]] = {}
-        for name, service in zip(instances, service_of):
-            self._instances_of.setdefault(service, []).append(name)
+        for name, owner in zip(instances, service_of):
+            self._instances_of.setdefault(owner, []).append(name)
         for index in range(len(self.specs)):
             self._check_spec(self.specs[index])
             self._instantiate(index)
@@ -132,15 +132,18 @@ class RunGraph:
         names = list(self.bridges) + list(self.instances)
         if len(set(names)) != len(names):
             seen: set[str] = set()
-            clash = next(n for n in names if n in seen or seen.add(n))
+            for clash in names:  # the first name met a second time
+                if clash in seen:
+                    break
+                seen.add(clash)
             raise TopologyError([Problem(None, f"node name {clash!r} is used twice "
                                          "(a bridge and an instance, or two instances)")])
         self.node_index = {name: i for i, name in enumerate(names)}
         self.instance_index = {name: i for i, name in enumerate(self.instances)}
         count = len(self.links)
-        self.link_src = np.fromiter((self.node_index[l.src] for l in self.links), np.int64, count)
-        self.link_dst = np.fromiter((self.node_index[l.dst] for l in self.links), np.int64, count)
-        self.link_spec = np.fromiter((l.spec for l in self.links), np.int64, count)
+        self.link_src = np.fromiter((self.node_index[link.src] for link in self.links), np.int64, count)
+        self.link_dst = np.fromiter((self.node_index[link.dst] for link in self.links), np.int64, count)
+        self.link_spec = np.fromiter((link.spec for link in self.links), np.int64, count)
         self.links_of_spec: list[list[DirectedLink]] = [[] for _ in self.specs]
         for link in self.links:
             self.links_of_spec[link.spec].append(link)

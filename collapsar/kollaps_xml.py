@@ -72,11 +72,13 @@ def parse_xml_text(data: str | bytes, source: str = "<memory>") -> Experiment:
     root = _Translator(report, tree).experiment(tree.root)
     if root is None:
         report.raise_if_any()
+    assert root is not None  # the translator records a problem whenever it returns None
     return parse_tree(report, root)
 
 
 def _read(data: str | bytes, source: str) -> _Tree:
-    tree, stack = _Tree(), []
+    tree = _Tree()
+    stack: list[ET.Element] = []
     parser = expat.ParserCreate()
 
     def start(tag: str, attributes: dict[str, str]) -> None:
@@ -114,8 +116,8 @@ class _Translator:
 
     def __init__(self, report: Report, tree: _Tree):
         self.report, self.tree = report, tree
-        self.supervisors: set[str] = set()
-        self.service_names: set[str] = set()
+        self.supervisors: set[str | None] = set()  # None: a <service> without a name
+        self.service_names: set[str | None] = set()
 
     def scalar(self, element: ET.Element, value: object, text: str | None = None) -> Node:
         return Node(value, self.tree.line(element), str(value) if text is None else text)
@@ -194,7 +196,7 @@ class _Translator:
                     if amount is None:
                         self.report.add(self.tree.line(schedule), f"service {name}: amount: "
                                         "expected a whole number like 2, got "
-                                        f"{schedule.get('amount')[:40]!r}")
+                                        f"{schedule.get('amount', '')[:40]!r}")
                         amount = 0
                     joins_at_start[name] = joins_at_start.get(name, 0) + amount
                 else:
@@ -344,6 +346,7 @@ class _Translator:
 
     def is_bridge(self, name: str) -> bool:
         root = self.tree.root
+        assert root is not None  # asked while translating, after the document was read
         return any(bridge.get("name") == name for bridge in root.iter("bridge"))
 
 

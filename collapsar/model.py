@@ -18,10 +18,11 @@ Vocabulary:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Union
+from typing import Literal
 
-from .errors import Where
+from .errors import CollapsarError, Where
 
 JitterDistribution = Literal["normal", "pareto", "paretonormal", "uniform"]
 PathMetric = Literal["latency", "hops"]
@@ -148,8 +149,8 @@ class LinkSetEvent:
     at_us: int
     a: str
     b: str
-    up: Mapping[str, object]
-    down: Mapping[str, object]
+    up: Mapping[str, int | float | str]
+    down: Mapping[str, int | float | str]
     where: Where | None = None
 
 
@@ -163,7 +164,7 @@ class PartitionEvent:
     where: Where | None = None
 
 
-Event = Union[ServiceEvent, BridgeEvent, LinkEvent, LinkSetEvent, PartitionEvent]
+Event = ServiceEvent | BridgeEvent | LinkEvent | LinkSetEvent | PartitionEvent
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,18 @@ LinkId = int
 def instance_name(service: str, index: int) -> str:
     """Instance `index` (1-based) of `service`: web, web-2, web-3, ..."""
     return service if index == 1 else f"{service}-{index}"
+
+
+def service_of(experiment: Experiment, instance: str) -> str:
+    """`web-3` -> `web` (instance names are service, service-2, ...)."""
+    for service in sorted(experiment.services, key=lambda s: -len(s.name)):
+        name = service.name
+        if instance == name:
+            return name
+        suffix = instance[len(name) + 1:]
+        if instance.startswith(name + "-") and suffix.isdigit():
+            return name
+    raise CollapsarError(f"instance {instance}: belongs to no service of {experiment.source}")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from typing import Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from .errors import Problem, TopologyError, UnitError, Where
 from .yamlsrc import Node
@@ -133,7 +134,7 @@ def read_input(path: str | os.PathLike) -> tuple[str, bytes]:
         with open(source, "rb") as handle:
             return source, handle.read()
     except OSError as error:
-        raise TopologyError([Problem(None, f"{source}: cannot read: {error.strerror}")])
+        raise TopologyError([Problem(None, f"{source}: cannot read: {error.strerror}")]) from error
 
 
 def default_name(source: str) -> str:

@@ -152,14 +152,15 @@ def _instance(report: Report, event: _Event, elements: Elements) -> list[Pending
     pc.check_keys(report, event.node, ("at", "instance", "action"), event.label)
     action = _action(report, event, SERVICE_ACTIONS)
     items = node.value if node.is_list else [node]
-    names, services = [], set()
+    names: list[str] = []
+    services: set[str] = set()
     for item in items:
         name = pc.text(report, item, event.label)
         service = _split_instance(name, elements) if name else None
         if name and service is None:
             report.add(item.line, f"{event.label}: {name[:70]!r} is not an instance of a "
                        "service (instances are named web, web-2, web-3, ...)")
-        if service is None:
+        if name is None or service is None:
             return None
         names.append(name)
         services.add(service)
@@ -208,9 +209,10 @@ def _pair(report: Report, node: Node, label: str, elements: Elements) -> tuple[s
                 report.add(end.line, f"{label}: unknown element {name[:70]!r}"
                            f"{pc.did_you_mean(name, elements.where)}")
             return None
-    if None in names:
+    first, second = names
+    if first is None or second is None:
         return None
-    return (names[0], names[1])
+    return (first, second)
 
 
 def _link(report: Report, event: _Event, elements: Elements) -> list[Pending] | None:
@@ -231,8 +233,9 @@ def _link(report: Report, event: _Event, elements: Elements) -> list[Pending] | 
     mode = modes[0]
     if mode == "set":
         changes = _set_values(report, fields["set"], f"{event.label}: set")
-        return changes and [Pending(event.at_us, "set", "set", event.line, event.label,
-                                    pair=pair, changes=changes)]
+        if changes is None:
+            return None
+        return [Pending(event.at_us, "set", "set", event.line, event.label, pair=pair, changes=changes)]
     if mode == "flap":
         return _flap(report, event, pair)
     action = _action(report, event, ("join", "leave"))
@@ -271,12 +274,12 @@ def _flap(report: Report, event: _Event, pair: tuple[str, str]) -> list[Pending]
         return None
     pc.check_keys(report, node, ("every", "until"), label)
     every_node, until_node = (pc.required(report, node, key, label) for key in ("every", "until"))
-    every = every_node and pc.unit(report, every_node, f"{label}: every", parse_duration_us)
-    until = until_node and _time(report, until_node, f"{label}: until")
-    if every == 0:
+    every = pc.unit(report, every_node, f"{label}: every", parse_duration_us) if every_node is not None else None
+    until = _time(report, until_node, f"{label}: until") if until_node is not None else None
+    if every_node is not None and every == 0:
         report.add(every_node.line, f"{label}: every: expected a duration above zero")
         return None
-    if not every or until is None:
+    if every_node is None or until_node is None or not every or until is None:
         return None
     if until <= event.at_us:
         report.add(until_node.line, f"{label}: until ({fmt_time(until)}) must come after "
@@ -300,9 +303,9 @@ def _partition(report: Report, event: _Event, elements: Elements) -> list[Pendin
     pc.check_keys(report, event.node, ("at", "partition", "until", "action"), label)
     groups = _groups(report, event.node.value["partition"], label, elements)
     action_node = event.node.value.get("action")
-    action = action_node and pc.choice(report, action_node, f"{label}: action", ("start", "heal"))
+    action = pc.choice(report, action_node, f"{label}: action", ("start", "heal")) if action_node is not None else None
     until_node = event.node.value.get("until")
-    until = until_node and _time(report, until_node, f"{label}: until")
+    until = _time(report, until_node, f"{label}: until") if until_node is not None else None
     if action == "heal" and until_node is not None:
         report.add(until_node.line, f"{label}: until goes with the start of a partition, "
                    "not with a heal")
@@ -316,7 +319,7 @@ def _partition(report: Report, event: _Event, elements: Elements) -> list[Pendin
         return None
     result = [Pending(event.at_us, "partition", action or "start", event.line, label,
                       groups=groups)]
-    if until_node is not None:
+    if until_node is not None and until is not None:
         result.append(Pending(until, "partition", "heal", event.line, label, groups=groups))
     return result
 

@@ -7,8 +7,8 @@ back, `bandwidth` both.  Latency, jitter and loss apply to each direction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from . import parse_common as pc
 from .model import LinkProps, LinkSpec
@@ -39,18 +39,19 @@ class PropValues:
     bandwidth: int | None = None
     up: int | None = None
     down: int | None = None
-    lines: dict[str, int] | None = None
+    lines: dict[str, int] = field(default_factory=dict)
 
 
 def read_props(report: Report, node: Node, label: str) -> PropValues | None:
     """Read the property keys of `node` (a mapping); None if any is invalid."""
-    values = PropValues(lines={})
+    values = PropValues()
     ok = True
     for key in PROP_KEYS:
         item = node.value.get(key)
         if item is None:
             continue
         values.lines[key] = item.line
+        value: object
         if key == "distribution":
             value = pc.choice(report, item, f"{label}: distribution", DISTRIBUTIONS)
         else:
@@ -93,8 +94,9 @@ def build_spec(report: Report, a: str, b: str, values: PropValues, one_way: bool
     delay_us, jitter_us = values.latency or 0, values.jitter or 0
     if not check_delays(report, lines.get("jitter", 0), label, delay_us, jitter_us):
         return None
-    common = dict(delay_us=delay_us, jitter_us=jitter_us,
-                  distribution=values.distribution or "normal", loss_ratio=values.loss or 0.0)
+    # LinkProps' keyword arguments but the rate
+    common: dict[str, Any] = dict(delay_us=delay_us, jitter_us=jitter_us,
+                                  distribution=values.distribution or "normal", loss_ratio=values.loss or 0.0)
     both = values.bandwidth
     up = LinkProps(**common, rate_bps=both if both is not None else values.up)
     down = None if one_way else LinkProps(
@@ -111,7 +113,7 @@ def read_direction(report: Report, node: Node, label: str) -> bool | None:
     return None if value is None else value == "one-way"
 
 
-def element(report: Report, node: Node, label: str, elements: "Elements") -> str | None:
+def element(report: Report, node: Node, label: str, elements: Elements) -> str | None:
     value = pc.text(report, node, label)
     if value is not None and value not in elements.where:
         if value in elements.declared:
@@ -129,7 +131,7 @@ def link_label(node: Node, index: int) -> str:
     return f"link {index + 1}"
 
 
-def parse_links(report: Report, node: Node | None, elements: "Elements") -> list[LinkSpec]:
+def parse_links(report: Report, node: Node | None, elements: Elements) -> list[LinkSpec]:
     items = pc.section_list(report, node, "links", "links like - {from: a, to: b, latency: 5ms}")
     links: list[LinkSpec] = []
     first_line: dict[frozenset[str], int] = {}
@@ -143,9 +145,9 @@ def parse_links(report: Report, node: Node | None, elements: "Elements") -> list
                  for end, key in zip(ends, ("from", "to"))]
         one_way = read_direction(report, item, label)
         values = read_props(report, item, label)
-        if None in names or one_way is None or values is None:
-            continue
         a, b = names
+        if a is None or b is None or one_way is None or values is None:
+            continue
         if a == b:
             report.add(item.line, f"{label}: a link needs two different ends")
             continue

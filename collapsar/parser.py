@@ -14,11 +14,11 @@ import math
 import os
 import re
 import shlex
+from typing import Any
 
 from . import parse_common as pc
 from .errors import Problem, TopologyError, Where
-from .model import (DEFAULT_PERIOD_US, Bridge, CommandOrigin, Experiment, Service, ServiceEvent, Settings,
-                    instance_name)
+from .model import DEFAULT_PERIOD_US, Bridge, CommandOrigin, Experiment, Service, ServiceEvent, Settings, instance_name
 from .parse_common import Report, read_input
 from .parse_events import parse_events
 from .parse_links import parse_links
@@ -43,7 +43,7 @@ def parse_file(path: str | os.PathLike) -> Experiment:
         line = data.count(b"\n", 0, error.start) + 1
         byte = data[error.start]
         raise TopologyError([Problem(Where(source, line), f"not UTF-8 text (byte 0x{byte:02x});"
-                                     " save the file as UTF-8")])
+                                     " save the file as UTF-8")]) from error
     return parse_text(text, source)
 
 
@@ -55,6 +55,7 @@ def parse_text(text: str, source: str = "<memory>") -> Experiment:
     root = load(text, source, report.problems)
     if root is None:
         report.raise_if_any()
+    assert root is not None  # load() records a problem whenever it returns None
     return parse_tree(report, root)
 
 
@@ -105,7 +106,7 @@ def _check_total_instances(report: Report, root: Node, services: list[Service], 
 
 def _settings(report: Report, root: Node, source: str) -> Settings:
     node = root.value.get("experiment")
-    values = {"name": pc.default_name(source)}
+    values: dict[str, Any] = {"name": pc.default_name(source)}  # Settings' keyword arguments
     if node is None or pc.mapping(report, node, "experiment") is None:
         return Settings(**values)
     pc.check_keys(report, node, SETTINGS_KEYS, "experiment")
@@ -165,7 +166,7 @@ def _service(report: Report, name: str, body: Node, label: str, line: int) -> Se
         return Service(name, where=where)
     pc.check_keys(report, body, SERVICE_KEYS, label)
     fields = body.value
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # Service's keyword arguments
     if "command" in fields and "workload" in fields:
         report.add(body.key_lines["workload"], f"{label}: use either command or workload (the "
                    "YAML form of a wl-node or wl-client command), not both")
@@ -200,7 +201,7 @@ def _service(report: Report, name: str, body: Node, label: str, line: int) -> Se
 def _command(report: Report, node: Node, label: str) -> tuple[str, ...] | None:
     """An argv list; a plain string is split like a shell would (no expansion)."""
     if node.is_list:
-        words = []
+        words: list[str | None] = []
         for index, item in enumerate(node.value):
             word = pc.text(report, item, f"{label}[{index}]") if item.is_scalar else None
             if not item.is_scalar:
@@ -212,17 +213,17 @@ def _command(report: Report, node: Node, label: str) -> tuple[str, ...] | None:
         if not words:
             report.add(node.line, f"{label}: expected at least one word, got an empty list")
             return None
-        return tuple(words)
+        return tuple(word for word in words if word is not None)
     line = pc.text(report, node, label)
     if line is None:
         return None
     try:
-        words = shlex.split(line)
+        split = shlex.split(line)
     except ValueError as error:
         report.add(node.line, f"{label}: cannot split {pc.describe(node)} into words: "
                    f"{str(error).lower()}; write it as a list")
         return None
-    return tuple(words)
+    return tuple(split)
 
 
 def _env(report: Report, node: Node, label: str) -> dict[str, str] | None:
@@ -279,26 +280,31 @@ def _declared(root: Node) -> set[str]:
 def _elements(report: Report, services: list[Service], bridges: list[Bridge]) -> Elements:
     """Check that services, bridges and instances share one namespace cleanly."""
     elements = Elements()
-    for element in [*services, *bridges]:
+    defined: list[Service | Bridge] = [*services, *bridges]
+    for element in defined:
         kind = "service" if isinstance(element, Service) else "bridge"
+        here = element.where
+        assert here is not None  # every element read from a file carries its place
         first = elements.where.get(element.name)
         if first is not None:
             other = "service" if element.name in elements.services else "bridge"
             if other == kind:
-                report.add(element.where.line, f"{kind} {element.name}: defined twice (first "
+                report.add(here.line, f"{kind} {element.name}: defined twice (first "
                            f"at line {first.line})")
             else:
-                report.add(element.where.line, f"{kind} {element.name}: name already used by "
+                report.add(here.line, f"{kind} {element.name}: name already used by "
                            f"the {other} at line {first.line}")
             continue
-        elements.where[element.name] = element.where
-        if kind == "service":
+        elements.where[element.name] = here
+        if isinstance(element, Service):
             elements.services[element.name] = element
         else:
             elements.bridges[element.name] = element
     for name, where in elements.where.items():
         match = _INSTANCE.match(name)
-        base = match and match.group(1)
+        if match is None:
+            continue
+        base = match.group(1)
         if base in elements.services and instance_name(base, int(match.group(2))) == name:
             kind = "service" if name in elements.services else "bridge"
             report.add(where.line, f"{kind} {name}: name collides with instance "

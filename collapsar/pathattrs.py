@@ -40,7 +40,7 @@ class Folded:
     dist_code: np.ndarray  # int8
 
     @classmethod
-    def identity(cls, shape: tuple[int, ...]) -> "Folded":
+    def identity(cls, shape: tuple[int, ...]) -> Folded:
         """The fold of an empty path, the start of every path."""
         return cls(np.zeros(shape, np.int64), np.zeros(shape, np.int64),
                    np.ones(shape, np.float64), np.full(shape, NO_RATE, np.int64),
@@ -49,7 +49,7 @@ class Folded:
     def jitter_us(self) -> np.ndarray:
         return np.rint(np.sqrt(self.jitter_sq)).astype(np.int64)
 
-    def put_rows(self, index, other: "Folded") -> None:
+    def put_rows(self, index, other: Folded) -> None:
         for mine, theirs in zip(self._arrays(), other._arrays()):
             mine[index] = theirs
 

@@ -18,10 +18,23 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
+from typing import Any, Literal, TypeVar, cast
 
 from .errors import Where
-from .model import (Bridge, BridgeEvent, Event, LinkEvent, LinkProps, LinkSetEvent, LinkSpec,
-                    PartitionEvent, Service, ServiceEvent, instance_name)
+from .model import (
+    Bridge,
+    BridgeEvent,
+    Event,
+    LinkEvent,
+    LinkProps,
+    LinkSetEvent,
+    LinkSpec,
+    PartitionEvent,
+    Service,
+    ServiceAction,
+    ServiceEvent,
+    instance_name,
+)
 from .parse_common import Report
 from .parse_links import PropValues, build_spec, check_delays
 from .units import format_duration_us
@@ -54,6 +67,18 @@ class Pending:
     new_link: tuple[PropValues, bool] | None = None  # a join that creates a link
     changes: PropValues | None = None
     groups: tuple[frozenset[str], ...] = ()
+
+
+_T = TypeVar("_T")
+# A Pending's action is one its kind allows: parse_events read it with that
+# kind's choices.  The casts below state that for the event it becomes.
+_JoinLeave = Literal["join", "leave"]
+
+
+def _given(value: _T | None, what: str) -> _T:
+    """A field parse_events always sets for this kind of Pending."""
+    assert value is not None, f"a pending event without its {what}"
+    return value
 
 
 def fmt_time(at_us: int) -> str:
@@ -115,10 +140,11 @@ class _Replay:
         return list(state.present)
 
     def service(self, p: Pending) -> ServiceEvent | None:
-        state = self.instances[p.service]
+        service = _given(p.service, "service")
+        state = self.instances[service]
         if p.action == "join":
             count = p.amount or 1
-            targets = [instance_name(p.service, state.next_index + i) for i in range(count)]
+            targets = [instance_name(service, state.next_index + i) for i in range(count)]
             state.next_index += count
             state.present.extend(targets)
             return self._event(p, targets)
@@ -140,7 +166,7 @@ class _Replay:
         return self._event(p, targets)
 
     def instance(self, p: Pending) -> ServiceEvent | None:
-        state = self.instances[p.service]
+        state = self.instances[_given(p.service, "service")]
         eligible = self._eligible(state, p.action)
         for name in p.instances:
             if name not in eligible:
@@ -169,13 +195,14 @@ class _Replay:
             state.gone.update(targets)
 
     def _event(self, p: Pending, targets: list[str]) -> ServiceEvent:
-        return ServiceEvent(p.at_us, p.service, p.action, tuple(targets),
+        return ServiceEvent(p.at_us, _given(p.service, "service"), cast(ServiceAction, p.action), tuple(targets),
                             self.report.where(p.line))
 
     # ---- bridges -----------------------------------------------------------
 
     def bridge(self, p: Pending) -> BridgeEvent | None:
-        left_at = self.bridges_left.get(p.bridge)
+        bridge = _given(p.bridge, "bridge")
+        left_at = self.bridges_left.get(bridge)
         if p.action == "leave" and left_at is not None:
             self.fail(p, f"it already left at {fmt_time(left_at)}")
             return None
@@ -183,17 +210,18 @@ class _Replay:
             self.fail(p, "it is already up")
             return None
         if p.action == "leave":
-            self.bridges_left[p.bridge] = p.at_us
+            self.bridges_left[bridge] = p.at_us
         else:
-            del self.bridges_left[p.bridge]
-        return BridgeEvent(p.at_us, p.bridge, p.action, self.report.where(p.line))
+            del self.bridges_left[bridge]
+        return BridgeEvent(p.at_us, bridge, cast(_JoinLeave, p.action), self.report.where(p.line))
 
     # ---- links -------------------------------------------------------------
 
     def _existing(self, p: Pending) -> _Link | None:
-        link = self.links.get(frozenset(p.pair))
+        pair = _given(p.pair, "pair")
+        link = self.links.get(frozenset(pair))
         if link is None:
-            a, b = p.pair
+            a, b = pair
             hint = ("; give the join properties (latency, bandwidth, ...) to create it"
                     if p.action == "join" else "")
             self.fail(p, f"there is no link between {a} and {b}{hint}")
@@ -213,17 +241,18 @@ class _Replay:
             self.fail(p, "the link is already up")
             return None
         link.up_since, link.left_at = p.action == "join", p.at_us
-        return LinkEvent(p.at_us, link.spec.a, link.spec.b, p.action, None, where)
+        return LinkEvent(p.at_us, link.spec.a, link.spec.b, cast(_JoinLeave, p.action), None, where)
 
     def _create(self, p: Pending, where: Where) -> LinkEvent | None:
-        existing = self.links.get(frozenset(p.pair))
+        pair = _given(p.pair, "pair")
+        existing = self.links.get(frozenset(pair))
         if existing is not None:
             line = existing.spec.where.line if existing.spec.where else "?"
-            self.fail(p, f"a link between {p.pair[0]} and {p.pair[1]} already exists (line "
+            self.fail(p, f"a link between {pair[0]} and {pair[1]} already exists (line "
                       f"{line}); a join with properties creates a new link")
             return None
-        values, one_way = p.new_link
-        spec = build_spec(self.report, *p.pair, values, one_way, p.label, where)
+        values, one_way = _given(p.new_link, "new link")
+        spec = build_spec(self.report, *pair, values, one_way, p.label, where)
         if spec is None:
             return None
         self.links[spec.key] = _Link(spec)
@@ -236,7 +265,7 @@ class _Replay:
         if not link.up_since:
             self.fail(p, f"the link left at {fmt_time(link.left_at)}; it must join first")
             return None
-        spec, values = link.spec, p.changes
+        spec, values = link.spec, _given(p.changes, "changes")
         reverse = p.pair != (spec.a, spec.b)
         if spec.down is None and (values.down is not None or (reverse and values.up is not None)):
             self.report.add(p.line, f"{p.label}: the link is one-way from {spec.a} to {spec.b}; "
@@ -245,7 +274,7 @@ class _Replay:
         up_rate, down_rate = (values.down, values.up) if reverse else (values.up, values.down)
         common = {"delay_us": values.latency, "jitter_us": values.jitter,
                   "loss_ratio": values.loss, "distribution": values.distribution}
-        up = {k: v for k, v in common.items() if v is not None}
+        up: dict[str, Any] = {k: v for k, v in common.items() if v is not None}  # LinkProps fields
         down = dict(up) if spec.down is not None else {}
         directions = [(up, up_rate)] + ([(down, down_rate)] if spec.down is not None else [])
         for changes, rate in directions:
@@ -259,12 +288,13 @@ class _Replay:
         return LinkSetEvent(p.at_us, spec.a, spec.b, up, down, self.report.where(p.line))
 
     def _props_ok(self, p: Pending, props: LinkProps) -> bool:
-        lines = p.changes.lines
+        changes = _given(p.changes, "changes")
+        lines = changes.lines
         line = lines.get("jitter", lines.get("latency", p.line))
         if props.jitter_us and not props.delay_us:
             self.report.add(line, f"{p.label}: jitter needs a latency")
             return False
-        if p.changes.distribution is not None and not props.jitter_us:
+        if changes.distribution is not None and not props.jitter_us:
             self.report.add(lines["distribution"], f"{p.label}: distribution needs a jitter")
             return False
         return check_delays(self.report, line, p.label, props.delay_us, props.jitter_us)
@@ -283,4 +313,4 @@ class _Replay:
             self.partitions.add(key)
         else:
             self.partitions.discard(key)
-        return PartitionEvent(p.at_us, p.groups, p.action, self.report.where(p.line))
+        return PartitionEvent(p.at_us, p.groups, cast(Literal["start", "heal"], p.action), self.report.where(p.line))

@@ -130,9 +130,9 @@ class Router:
         s, b, i = len(self.rows), graph.bridge_count, graph.instance_count
         link_type = index_dtype(len(graph.links))
         self.dist = np.full((s, b), np.inf)
-        self.in_core = np.full((s, b), -1, link_type)
-        self.hops = np.zeros((s, b), index_dtype(b + 2))
-        self.in_sink = np.full((s, i), -1, link_type)
+        self.in_core: np.ndarray = np.full((s, b), -1, link_type)
+        self.hops: np.ndarray = np.zeros((s, b), index_dtype(b + 2))
+        self.in_sink: np.ndarray = np.full((s, i), -1, link_type)
         self.w = np.full(len(graph.links), np.inf)
         src, dst = graph.link_src, graph.link_dst
         self.is_core = dst < b

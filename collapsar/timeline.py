@@ -26,14 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .adjacency import descendants
 from .collapse import NetworkState, source_rows
 from .conditions import Conditions
 from .graph import RunGraph
 from .model import Event, Experiment
-from .adjacency import descendants
 from .pathattrs import Folded, fold_core, fold_sink_entries, refold_core
 from .routing import Router
-
 
 _FOLD_ROWS = 128
 

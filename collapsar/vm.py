@@ -104,7 +104,7 @@ def find_tools(path: str | None = None) -> dict[str, str]:
     if missing:
         raise EnvironmentProblem(f"cannot start a VM: {', '.join(missing)} not found (looked in {search})",
                                  INSTALL_FIX)
-    return tools
+    return {name: found for name, found in tools.items() if found is not None}  # all of them, found
 
 
 def kvm_wanted(env: Mapping[str, str] = os.environ) -> bool:
@@ -134,13 +134,13 @@ def vng_command(argv: Sequence[str], rwdirs: Sequence[pathlib.Path | str], env: 
     """
     if not rwdirs:
         raise ValueError("run_in_vm needs at least one rwdir: the exit code comes back through it")
-    rwdirs = [pathlib.Path(d).resolve() for d in rwdirs]
+    shared = [pathlib.Path(d).resolve() for d in rwdirs]
     guest_env = {IN_VM_VAR: "1", HOST_RELEASE_VAR: platform.release(), **env}
-    script = guest_script(argv, cwd or os.getcwd(), guest_env, str(rwdirs[0] / rc_name))
+    script = guest_script(argv, cwd or os.getcwd(), guest_env, str(shared[0] / rc_name))
     cmd = [vng, "--run", str(kernel), "--memory", memory, "--cpus", str(cpus)]
     if not kvm:
         cmd.append("--disable-kvm")
-    for d in rwdirs:
+    for d in shared:
         cmd += ["--rwdir", str(d)]
     # One positional argument is taken by vng as a shell script verbatim.
     return cmd + ["--", script]
@@ -217,7 +217,8 @@ def _run_streaming(cmd: list[str], timeout_s: float, emit: Callable[[str], None]
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        proc.stdout.close()
+        if proc.stdout is not None:  # always: started with stdout=PIPE
+            proc.stdout.close()
         restore()
     raise RunError(f"{what} did not finish within {timeout_s:.0f} s")
 
@@ -233,11 +234,15 @@ def _raise_on_sigterm() -> Callable[[], None]:
         raise RunError("VM run stopped by SIGTERM")
 
     previous = signal.signal(signal.SIGTERM, stop)
-    return lambda: signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+    return restore
 
 
 def _read_some(proc: subprocess.Popen, deadline: float) -> bytes | None:
     """Bytes from the guest, None at end of output; TimeoutExpired past the deadline."""
+    assert proc.stdout is not None  # started with stdout=PIPE
     while True:
         left = deadline - time.monotonic()
         if left <= 0:

@@ -131,7 +131,7 @@ def target(report: Report, node: Node, label: str) -> str:
     """An instance or service name, optionally with a port: `db`, `db-2:7000`."""
     written = node.text if node.is_scalar and isinstance(node.text, str) else None
     name, _, port = (written or "").partition(":")
-    if not pc.is_valid_name(name) or (port and not (port.isdigit() and 1 <= int(port) <= 65535)):
+    if written is None or not pc.is_valid_name(name) or (port and not (port.isdigit() and 1 <= int(port) <= 65535)):
         report.add(node.line, f"{label}: expected an instance name, optionally with a port "
                    f"(db, db-2:7000), got {pc.describe(node)}")
         return "?"

@@ -15,8 +15,19 @@ import re
 import yaml
 
 from .errors import CollapsarError
-from .model import (DEFAULT_PERIOD_US, BridgeEvent, Event, Experiment, LinkEvent, LinkProps,
-                    LinkSetEvent, LinkSpec, PartitionEvent, Service, ServiceEvent)
+from .model import (
+    DEFAULT_PERIOD_US,
+    BridgeEvent,
+    Event,
+    Experiment,
+    LinkEvent,
+    LinkProps,
+    LinkSetEvent,
+    LinkSpec,
+    PartitionEvent,
+    Service,
+    ServiceEvent,
+)
 from .units import format_duration_us, format_rate_bps
 
 _PLAIN = re.compile(r"^(?:[A-Za-z0-9_./]|-(?=[A-Za-z0-9]))[A-Za-z0-9_./@+=-]*$")
@@ -109,7 +120,7 @@ def _props(up: LinkProps, down: LinkProps | None, what: str) -> dict[str, str]:
     if down is not None and any(getattr(up, f) != getattr(down, f) for f in shared):
         raise CollapsarError(f"{what}: latency, jitter and loss differ between directions, "
                              "which the language cannot express")
-    items = {}
+    items: dict[str, str] = {}
     if up.delay_us:
         items["latency"] = format_duration_us(up.delay_us)
     if up.jitter_us:
@@ -137,7 +148,7 @@ def _link(spec: LinkSpec) -> dict[str, str]:
 
 
 def _changes(event: LinkSetEvent) -> dict[str, str]:
-    items = {}
+    items: dict[str, str] = {}
     names = {"delay_us": "latency", "jitter_us": "jitter", "loss_ratio": "loss",
              "distribution": "distribution"}
     for field, key in names.items():
@@ -147,15 +158,16 @@ def _changes(event: LinkSetEvent) -> dict[str, str]:
             raise CollapsarError(f"link {event.a} -> {event.b}: a set that changes {key} "
                                  "differently per direction cannot be expressed")
         value = event.up[field]
-        items[key] = (format_duration_us(value) if field.endswith("_us")
-                      else repr(value) if field == "loss_ratio" else value)
+        # int(): a *_us field holds an int; the mapping's type covers every field.
+        items[key] = (format_duration_us(int(value)) if field.endswith("_us")
+                      else repr(value) if field == "loss_ratio" else str(value))
     up, down = event.up.get("rate_bps"), event.down.get("rate_bps")
     if up is not None and up == down:
-        items["bandwidth"] = format_rate_bps(up)
+        items["bandwidth"] = format_rate_bps(int(up))
     else:
         for key, rate in (("up", up), ("down", down)):
             if rate is not None:
-                items[key] = format_rate_bps(rate)
+                items[key] = format_rate_bps(int(rate))
     return items
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 from yaml.constructor import SafeConstructor
@@ -36,7 +37,9 @@ _SCALARS = {
 class Node:
     """One YAML value: `value` is a scalar, a list of Nodes or a dict of Nodes."""
 
-    value: object
+    # Any, not a union: callers test is_mapping / is_list / is_scalar before
+    # they use `value`, and a type checker cannot narrow through a property.
+    value: Any
     line: int
     text: str | None = None  # a scalar as written
     key_lines: dict[str, int] = field(default_factory=dict)

@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from ..errors import CollapsarError
@@ -61,7 +61,7 @@ class Follower:
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"follow {self.host}", daemon=True)
 
-    def start(self) -> "Follower":
+    def start(self) -> Follower:
         self._thread.start()
         return self
 
@@ -166,7 +166,7 @@ class Aggregator:
         self._topology: dict | None = None
         self._publisher = threading.Thread(target=self._publish, name="aggregate", daemon=True)
 
-    def start(self) -> "Aggregator":
+    def start(self) -> Aggregator:
         for follower in self.followers:
             follower.start()
         self._publisher.start()
@@ -207,10 +207,11 @@ class Aggregator:
     def authorized(self, header: str | None) -> bool:
         if self.token is not None:
             return bearer_matches(header, self.token)
-        return bool(header) and header.startswith("Bearer ")  # each manager checks it
+        return header is not None and header.startswith("Bearer ")  # each manager checks it
 
     def handle(self, action: str, body: object, authorization: str | None = None) -> dict:
-        replies, failures = [], []
+        replies: list[tuple[Follower, int, dict]] = []
+        failures: list[tuple[Follower, int, dict]] = []
         for index, follower in enumerate(self.followers):
             header = f"Bearer {self.tokens[index]}" if self.tokens else authorization
             code, reply = _post(f"{follower.url}/control/{action}", body, header)

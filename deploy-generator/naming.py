@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import re
 
+from .. import __version__
 from ..errors import CollapsarError
 from ..model import Experiment, instance_name
-from .. import __version__
 
 LABEL_EXPERIMENT = "org.collapsar.experiment"
 LABEL_SERVICE = "org.collapsar.service"

@@ -35,12 +35,23 @@ import base64
 from dataclasses import dataclass
 
 from ..manager.container.hostsfile import SHAPED_MARK
-from ..manager.experiment import service_of
-from ..model import Experiment, Service
+from ..model import Experiment, Service, service_of
 from .manager_spec import MANAGER_SPEC, manager_environment
-from .naming import (BOOTSTRAP_SERVICE, IMAGE_MANAGER, IMAGE_NODE, LABEL_EXPERIMENT, LABEL_ROLE,
-                     LABEL_SERVICE, MANAGER_SERVICE, METADATA_KEY_SECRET, NETWORK, TRACE_VOLUME,
-                     check_service_name, key_file_name, trace_dir_name)
+from .naming import (
+    BOOTSTRAP_SERVICE,
+    IMAGE_MANAGER,
+    IMAGE_NODE,
+    LABEL_EXPERIMENT,
+    LABEL_ROLE,
+    LABEL_SERVICE,
+    MANAGER_SERVICE,
+    METADATA_KEY_SECRET,
+    NETWORK,
+    TRACE_VOLUME,
+    check_service_name,
+    key_file_name,
+    trace_dir_name,
+)
 
 SWARM_FILE_VERSION = "3.8"
 # Compose cannot give each replica its instance name (Swarm's template does,

@@ -31,6 +31,11 @@ Local mode (`collapsar run`), one concept per module:
   workload_report  the trace directory, and each wl-client's summary next to its chain's network share
   local       LocalRun: the whole run, in order
 
+Other components import only these (pyproject's import-linter contracts):
+addressing (run names and subnets), control (the control API's refusal and
+token check, for the dashboard), container.hostsfile (SHAPED_MARK, the file
+generated stacks wait for).
+
 Sharing loop (written separately): metadata (wire format, authenticated),
 share_key (the run's key), share_routes (which flows a sender may report),
 aeron (transport), sharing (RTT-aware min-max model).

@@ -121,8 +121,8 @@ def udp_channel(endpoint: str, term_length_bytes: int = TERM_LENGTH_BYTES) -> st
 
 # ---- client ------------------------------------------------------------------
 
-_open_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
-_started_drivers: "set[MediaDriver]" = set()  # strong: a forgotten driver still gets stopped
+_open_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+_started_drivers: set[MediaDriver] = set()  # strong: a forgotten driver still gets stopped
 
 
 @atexit.register
@@ -217,10 +217,10 @@ class Client:
             time.sleep(0.001)
         raise AeronError(f"{kind} {channel} stream {stream_id}: no answer from the media driver in {timeout_s} s")
 
-    def add_publication(self, channel: str, stream_id: int, timeout_s: float = 5.0) -> "Publication":
+    def add_publication(self, channel: str, stream_id: int, timeout_s: float = 5.0) -> Publication:
         return self.add("publication", channel, stream_id, timeout_s)
 
-    def add_subscription(self, channel: str, stream_id: int, timeout_s: float = 5.0) -> "Subscription":
+    def add_subscription(self, channel: str, stream_id: int, timeout_s: float = 5.0) -> Subscription:
         return self.add("subscription", channel, stream_id, timeout_s)
 
     def close(self) -> None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from ..model import Path as NetPath
 
@@ -42,7 +42,7 @@ def paths_rows(configured: Iterable[tuple[str, dict[str, NetPath | None], set[st
 
 
 class StatusBoard:
-    def __init__(self, paths: Callable[[], list[dict]] = lambda: [],
+    def __init__(self, paths: Callable[[], list[dict]] = list,
                  paths_version: Callable[[], object] | None = None):
         """`paths()` builds /paths (O(instances^2)); `paths_version()`, if
         given, changes whenever they do, and the JSON is kept until it does."""

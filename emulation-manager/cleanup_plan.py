@@ -107,7 +107,7 @@ class _Check:
     def of_kind(self, kind: str) -> list[tuple[int, dict]]:
         return [(i, r) for i, r in enumerate(self.records) if r.get("kind") == kind]
 
-    def run(self) -> "_Check":
+    def run(self) -> _Check:
         head = self.records[0]
         if head.get("kind") != "run" or head.get("run_id") != self.run_id:
             self.bad(0, f"first record {head.get('kind')!r} of run {head.get('run_id')!r}; expected the "

@@ -25,8 +25,9 @@ import json
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import Protocol
 
 from ..errors import CollapsarError, TopologyError
 from ..parse_common import Report
@@ -68,6 +69,15 @@ def bearer_matches(header: str | None, token: str) -> bool:
     if not header or not header.startswith("Bearer "):
         return False
     return hmac.compare_digest(header[len("Bearer "):].strip().encode(), token.encode())
+
+
+class ControlHandler(Protocol):
+    """What the status API's /control/ routes call: a run's RunControl, or the
+    dashboard's proxy to several of them (collapsar.dashboard.aggregate)."""
+
+    def authorized(self, header: str | None) -> bool: ...
+
+    def handle(self, action: str, body: object, authorization: str | None = None) -> dict: ...
 
 
 class RunControl:

@@ -17,8 +17,8 @@ and what the tree holds is always `effective(path, override)`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..model import Path
 

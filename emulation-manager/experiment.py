@@ -5,10 +5,10 @@ need (to decide whether netem is needed at all)."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..errors import CollapsarError
-from ..model import Experiment, Path
+from ..model import Experiment, Path, service_of
 from .addressing import NetworkPlan
 from .programs import instance_path
 from .supervisor import Launch
@@ -23,18 +23,6 @@ def all_instances(timeline) -> list[str]:
         for name in step.state.instances:
             seen.setdefault(name, None)
     return list(seen)
-
-
-def service_of(experiment: Experiment, instance: str) -> str:
-    """`web-3` -> `web` (instance names are service, service-2, ...)."""
-    for service in sorted(experiment.services, key=lambda s: -len(s.name)):
-        name = service.name
-        if instance == name:
-            return name
-        suffix = instance[len(name) + 1:]
-        if instance.startswith(name + "-") and suffix.isdigit():
-            return name
-    raise CollapsarError(f"instance {instance}: belongs to no service of {experiment.source}")
 
 
 def launches(experiment: Experiment, instances: list[str], plan: NetworkPlan) -> dict[str, Launch]:

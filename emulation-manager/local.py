@@ -20,28 +20,29 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 from ..errors import RunError
 from ..model import Experiment
 from ..tcal.prepared import PreparedStep
+from . import outputs, teardown, workload_report
 from .addressing import NetworkPlan, new_run_id, plan_network
+from .awake import KeepAwake
+from .cleanup_plan import plan_cleanup
+from .control import AdHocLinks, local_control
 from .core import EmulationCore, needs_netem, real_tcal
 from .experiment import all_instances, launches, paths_from, timeline_paths
-from .netns import HostNetwork
-from .control import AdHocLinks, local_control
 from .liveplayer import LivePlayer
-from .cleanup_plan import plan_cleanup
+from .netns import HostNetwork
 from .rundir import RunDir, RunLock, is_stale, list_runs, read_journal, state_dir
 from .stallwatch import StallWatch
 from .status import StatusBoard, StatusServer, paths_rows
-from .topoview import topology_json
 from .supervisor import Launch, Supervisor
-from . import outputs, teardown, workload_report
 from .throughput import Meter
-from .awake import KeepAwake
+from .topoview import topology_json
 
 
 @dataclass
@@ -88,8 +89,8 @@ class LocalRun:
         self.cores: dict[str, EmulationCore] = {}
         # Two sides of an instance: its process (absent, up, stopped, crashed,
         # exited(N)) and its network (up, disconnected).
-        self.status: dict[str, str] = {name: "absent" for name in self.instances}
-        self.network: dict[str, str] = {name: "up" for name in self.instances}
+        self.status: dict[str, str] = dict.fromkeys(self.instances, "absent")
+        self.network: dict[str, str] = dict.fromkeys(self.instances, "up")
         self.exit_codes: dict[str, int] = {}
         self._stop_reason: str | None = None
         # Held by the timeline thread from a step's preparation until it has

@@ -53,8 +53,8 @@ from __future__ import annotations
 import hmac
 import struct
 from collections import Counter, deque
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from ..errors import CollapsarError
 
@@ -286,11 +286,11 @@ class SendPolicy:
             raise MetadataError(f"change_ratio must lie in [0, 1), got {change_ratio}")
         self.heartbeat_periods = heartbeat_periods
         self.change_ratio = change_ratio
-        self._sent: dict[tuple[int, ...], int] | None = None
+        self._sent: dict[Hashable, int] | None = None
         self._sent_period = 0
 
-    def should_send(self, rates_bps: Mapping[tuple[int, ...], int], period: int) -> bool:
-        """True when this period's flows (link ids -> rate) must go out; the
+    def should_send(self, rates_bps: Mapping[Hashable, int], period: int) -> bool:
+        """True when this period's flows (a flow's key, e.g. its link ids -> rate) must go out; the
         caller sends them then, and the policy records them as sent."""
         send = (self._sent is None or period - self._sent_period >= self.heartbeat_periods
                 or self._changed(rates_bps))
@@ -299,7 +299,7 @@ class SendPolicy:
             self._sent_period = period
         return send
 
-    def _changed(self, rates_bps: Mapping[tuple[int, ...], int]) -> bool:
+    def _changed(self, rates_bps: Mapping[Hashable, int]) -> bool:
         assert self._sent is not None
         if rates_bps.keys() != self._sent.keys():
             return True

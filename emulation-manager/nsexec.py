@@ -116,7 +116,7 @@ class InNetns:
         self.name = name
         self._saved = -1
 
-    def __enter__(self) -> "InNetns":
+    def __enter__(self) -> InNetns:
         self._saved = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         fd = os.open(netns_path(self.name), os.O_RDONLY)
         try:

@@ -11,8 +11,8 @@ import os
 import signal
 
 from ..errors import InstanceFailure
+from ..model import service_of
 from . import probe
-from .experiment import service_of
 from .report import flow_table
 from .scheduler import percentile
 from .topoview import live_view

@@ -150,7 +150,7 @@ class RunLock:
         self._fd = fd
 
     @classmethod
-    def acquire(cls, state: Path, run_id: str, run_dir: Path) -> "RunLock":
+    def acquire(cls, state: Path, run_id: str, run_dir: Path) -> RunLock:
         path = checked_state_dir(state, create=True) / "active.lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
@@ -202,7 +202,7 @@ class RunDir:
     dir_fd: int  # the run directory itself, whatever becomes of its path
 
     @classmethod
-    def create(cls, run_id: str, base: Path | None = None, state: Path | None = None) -> "RunDir":
+    def create(cls, run_id: str, base: Path | None = None, state: Path | None = None) -> RunDir:
         check_run_id(run_id)
         state = checked_state_dir(state, create=True)
         if base is not None:

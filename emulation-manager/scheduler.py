@@ -17,9 +17,9 @@ import collections
 import os
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Callable
 
 from ..tcal.prepared import PreparedStep, preload
 

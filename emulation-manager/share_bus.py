@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Protocol
 
 from .metadata import SEQUENCE_MOD, Codec, FlowReport, Inbox, Message, PeerFlows, SendPolicy
 from .share_routes import Routes
@@ -66,7 +67,7 @@ class MetadataBus:
         self.counters = BusCounters(dropped=self.inbox.dropped)
         self._heartbeat_periods, self._change_ratio = heartbeat_periods, change_ratio
         self._policy = {name: SendPolicy(heartbeat_periods, change_ratio) for name in self.sender_ids}
-        self._sequence = {name: 0 for name in self.sender_ids}
+        self._sequence = dict.fromkeys(self.sender_ids, 0)
         self._epoch = {name: secrets.randbelow(1 << 32) for name in self.sender_ids}
 
     def own(self, sender_ids: Mapping[str, int]) -> None:
@@ -94,6 +95,7 @@ class MetadataBus:
 
     def _send(self, message: Message) -> None:
         payload = self.codec.encode(message)
+        assert self.wire is not None  # publish() sends nothing without a wire
         taken = self.wire.offer(payload)
         self.counters.sent_messages += 1
         self.counters.sent_bytes += len(payload)
@@ -108,7 +110,7 @@ class MetadataBus:
         for name in self.sender_ids:
             reports = tuple(flows_by_core.get(name, ()))
             # The saturated bit is part of what the others compute with: a flip is a change.
-            key = {(f.link_ids, f.saturated): f.rate_bps for f in reports}
+            key: dict[Hashable, int] = {(f.link_ids, f.saturated): f.rate_bps for f in reports}
             if not self._policy[name].should_send(key, period):
                 continue
             self._send(self._next(name, reports))

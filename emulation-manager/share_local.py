@@ -34,8 +34,8 @@ import json
 import os
 import time
 import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path as FsPath
-from typing import Callable, Iterable, Mapping, Sequence
 
 from ..errors import CollapsarError
 from .metadata import Codec

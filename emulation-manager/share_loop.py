@@ -39,8 +39,8 @@ dominated by TCP on a loaded host, not by the loop.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 from ..model import Path
 from .core import Override

@@ -34,8 +34,8 @@ import argparse
 import dataclasses
 import json
 import random
-import signal
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -104,7 +104,7 @@ class SyntheticHost:
             self.cores[name] = core
         self.owned = owned
         self.wants = {k: v for k, v in wants.items() if k[0] in owned}
-        self.sent = {k: 0 for k in self.wants}
+        self.sent = dict.fromkeys(self.wants, 0)
         self.noise = noise
         self._rng = random.Random(1)
         self.codec = run_codec(experiment.source, self.timeline, self.instances, key or new_key())

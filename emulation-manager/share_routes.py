@@ -18,7 +18,7 @@ on its own.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import CollapsarError
 from .metadata import Message

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 

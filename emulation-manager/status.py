@@ -26,11 +26,11 @@ import json
 import mimetypes
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .board import StatusBoard, paths_rows  # noqa: F401 - runs and the dashboard take them from here
-from .control import MAX_BODY_BYTES, ControlRefused, RunControl
+from .control import MAX_BODY_BYTES, ControlHandler, ControlRefused
 from .httpguard import GuardedHandler, GuardedHTTPServer, Limits
 from .streams import Streams
 
@@ -99,7 +99,7 @@ class _Handler(GuardedHandler):
     # Set on the subclass made per server:
     board: StatusBoard
     streams: Streams
-    control: RunControl | None = None
+    control: ControlHandler | None = None
     topology: Callable[[], dict] | None = None
     assets: Path | None = None
     loopback_only = True
@@ -243,7 +243,7 @@ class _Handler(GuardedHandler):
 
 class StatusServer:
     def __init__(self, board: StatusBoard, port: int = 0, bind: str = "127.0.0.1",
-                 control: RunControl | None = None, topology: Callable[[], dict] | None = None,
+                 control: ControlHandler | None = None, topology: Callable[[], dict] | None = None,
                  assets: Path | None = None, limits: Limits | None = None,
                  error_log: Path | None = None):
         """`error_log`: where tracebacks of failed requests go (None: stderr)."""
@@ -256,7 +256,7 @@ class StatusServer:
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve, name="status", daemon=True)
 
-    def start(self) -> "StatusServer":
+    def start(self) -> StatusServer:
         self._streams.start()
         self._thread.start()
         return self

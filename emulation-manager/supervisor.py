@@ -22,9 +22,10 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any
 
 from ..errors import RunError
 from ..tcal.prepared import PreparedStep
@@ -213,7 +214,8 @@ class _Spawner:
     def call(self, make: Callable[[], subprocess.Popen]) -> subprocess.Popen:
         if not self._thread.is_alive():
             raise RunError("the supervisor is closed: no command can start")
-        done, box = threading.Event(), {}
+        done = threading.Event()
+        box: dict[str, Any] = {}  # "popen" or "error", filled by the spawner thread
         self._requests.put((make, box, done))
         done.wait()
         if "error" in box:

@@ -28,11 +28,11 @@ import json
 import os
 import stat
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import CollapsarError
-from .experiment import service_of
+from ..model import service_of
 from .programs import resolve
 
 TRACE_ENV = "COLLAPSAR_TRACE_DIR"

@@ -2,7 +2,7 @@
 # Set up Collapsar on a fresh Debian 12 machine and run it.
 #
 #   scripts/setup.sh demo   install what the main job needs, then run it
-#   scripts/setup.sh test   install everything, build, and run every test tier
+#   scripts/setup.sh test   install everything, run the static checks, build, and run every test tier
 #
 # Run as root (network namespaces, traffic control and eBPF need it).  Every
 # dependency comes from deps/apt-*.txt (Debian) and pyproject.toml (PyPI, with
@@ -95,6 +95,12 @@ if [ "$mode" = demo ]; then
   exit 0
 fi
 
+step "Static checks: ruff, ruff format, mypy, import-linter (scripts/check.py)"
+# Before anything slow: a failing check stops the run here.
+if ! python scripts/check.py; then
+  echo "setup.sh: a static check failed (above); fix it, then rerun: .venv/bin/python scripts/check.py" >&2
+  exit 1
+fi
 build_native
 build_aeron
 build_dashboard

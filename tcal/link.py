@@ -9,7 +9,7 @@ when the plan asks and puts the original value back at teardown.
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from collections.abc import Callable
 
 from collapsar.errors import KernelError
 

@@ -19,8 +19,9 @@ import os
 import socket
 import struct
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 from collapsar.errors import KernelError
 

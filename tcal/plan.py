@@ -56,6 +56,7 @@ Why these numbers (measured on this project's hosts, see bench/tcal_bench.py):
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 import math
 from dataclasses import dataclass, field
@@ -229,11 +230,17 @@ def gso_max_segs(rates_bps: list[int | None], mtu_bytes: int = 1500) -> int | No
     return max(MIN_GSO_SEGS, segs)
 
 
-_SAME = object()
+class _Same(enum.Enum):
+    """A default that None cannot be (None means unlimited): size for the path's own rate."""
+
+    SAME = enum.auto()
+
+
+_SAME = _Same.SAME
 
 
 def leaf_params(shaping: Shaping, *, netem: bool, mtu_bytes: int = 1500,
-                limit_rate_bps: int | None | object = _SAME) -> LeafParams:
+                limit_rate_bps: int | None | _Same = _SAME) -> LeafParams:
     """The leaf for `shaping`; `limit_rate_bps` sizes the queue for another rate
     than the path's current one (None: unlimited) so that a queue sized for a
     fast path keeps its room when the sharing loop slows the path down."""

@@ -28,15 +28,14 @@ import ctypes
 import errno
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from collapsar.errors import EnvironmentProblem
 
 from .built import TCAL_DIR, load_built
 from .nlmsg import Request
-from .nlsock import (REPLY_TIMEOUT_S, KernelFailure, RouteSocket, answered, batches, prepared_step,
-                     set_prepared_step)
+from .nlsock import REPLY_TIMEOUT_S, KernelFailure, RouteSocket, answered, batches, prepared_step, set_prepared_step
 
 LIBRARY_PATH = TCAL_DIR / "build" / "libcxfire.so"
 _SOURCES = ("fire/fire.c", "fire/fire.h", "Makefile")
@@ -186,13 +185,14 @@ class PreparedStep:
                 errors.append(exc)
         return started, applied, errors
 
-    def seal(self) -> None:
+    def seal(self) -> _Sealed:
         """Encode what was queued now, before the deadline, so that firing is
         the one native call: on an emulated or starved CPU the encoding took
         longer than the time left (33 ms late in the VM tier).  fire() seals
         a step not sealed yet; nothing can be queued after."""
         if self._sealed is None:
             self._sealed = self._encode()
+        return self._sealed
 
     def _encode(self) -> _Sealed:
         sealed = _Sealed()
@@ -219,8 +219,7 @@ class PreparedStep:
         return sealed
 
     def _fire_instant(self) -> tuple[int, int, list[Exception]]:
-        self.seal()
-        sealed = self._sealed
+        sealed = self.seal()
         if not self.has_instant_work:
             _sleep_until(self.deadline_ns)
             now = time.monotonic_ns()
@@ -230,6 +229,8 @@ class PreparedStep:
             for queued in self._sockets.values():
                 errors += _complete(queued, _all_failed(queued.requests, 0, len(queued.requests), errno.ENOPKG))
             return time.monotonic_ns(), time.monotonic_ns(), errors
+        # Set by _encode whenever the library loaded (no problem) and there is work.
+        assert sealed.lib is not None and sealed.native is not None and sealed.signals is not None
         times = (ctypes.c_int64 * 2)()
         sealed.lib.cx_fire(self.deadline_ns, sealed.signals, len(self._signals), sealed.native,
                            len(sealed.batches), int(REPLY_TIMEOUT_S * 1000), times)

@@ -19,19 +19,42 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 from collapsar.errors import CollapsarError, KernelError
 
 from . import nlmsg as m
 from .check import netem_missing
-from .layout import (BLACKHOLE_MINOR, DEFAULT_MINOR, ROOT_MAJOR, U32_DIVISOR, U32_LEVEL1_HTID, MinorAllocator,
-                     U32Layout, U32Slot, classid, format_handle)
+from .layout import (
+    BLACKHOLE_MINOR,
+    DEFAULT_MINOR,
+    ROOT_MAJOR,
+    U32_DIVISOR,
+    U32_LEVEL1_HTID,
+    MinorAllocator,
+    U32Layout,
+    U32Slot,
+    classid,
+    format_handle,
+)
 from .link import GsoLimit
 from .nlsock import KernelFailure, RouteSocket, interface_index, interface_mtu
 from .plan import HtbCalculator, HtbParams, LeafParams, Shaping, gso_max_segs, leaf_params, plan_tree
 
 CHANGEABLE = frozenset({"rate_bps", "delay_us", "jitter_us", "distribution", "loss_ratio"})
+
+
+class ShapingChange(TypedDict, total=False):
+    """The Shaping fields a change sets (CHANGEABLE); a field left out keeps its value."""
+
+    rate_bps: int | None
+    delay_us: int
+    jitter_us: int
+    distribution: str
+    loss_ratio: float
+
 ROOT = classid(ROOT_MAJOR, 0)
 BLACKHOLE = classid(ROOT_MAJOR, BLACKHOLE_MINOR)
 ROOT_LINK_HANDLE = (0x800 << 20) | 1  # node 1 of u32's root table 800:
@@ -91,7 +114,7 @@ class TcTree:
         # (someone else's, perhaps even handle 1:), nothing of ours may land in it.
         root = m.Request(m.RTM_NEWQDISC, m.CREATE, m.htb_root(self._ifindex, ROOT, DEFAULT_MINOR),
                          "create root qdisc 1: htb")
-        failures = self._sock.execute([root])
+        failures = self._socket.execute([root])
         if failures:
             self.teardown()
             self._raise(failures, "setup")
@@ -115,7 +138,7 @@ class TcTree:
         reqs.append(m.Request(m.RTM_NEWTFILTER, m.CREATE,
                               m.u32_link(self._ifindex, ROOT, ROOT_LINK_HANDLE, None, U32_LEVEL1_HTID, 0xFF00),
                               "create u32 root node 800::1 -> hash table 1:"))
-        failures = self._sock.execute(reqs)
+        failures = self._socket.execute(reqs)
         if failures:
             self.teardown()
             self._raise(failures, "setup")
@@ -123,10 +146,10 @@ class TcTree:
         for dest in self._dests.values():
             dest.table_sent = dest.leaf.distribution if dest.leaf.jitter_us else None
 
-    def change(self, dst_ip: str, **fields: object) -> None:
+    def change(self, dst_ip: str, **fields: Unpack[ShapingChange]) -> None:
         self.change_many({dst_ip: fields})
 
-    def change_many(self, changes: dict[str, dict[str, object]]) -> None:
+    def change_many(self, changes: Mapping[str, ShapingChange]) -> None:
         """Apply every change in one batch; destinations whose requests all
         succeed keep their new state, the others go back to the old one.
 
@@ -172,9 +195,9 @@ class TcTree:
             if failures:
                 _put_back_all(undo, {f.request.key for f in failures})
                 self._raise(failures, "change")
-        self._sock.submit(reqs, then)
+        self._socket.submit(reqs, then)
 
-    def _stage(self, dest: _Dest, fields: dict[str, object], reqs: list[m.Request]) -> None:
+    def _stage(self, dest: _Dest, fields: ShapingChange, reqs: list[m.Request]) -> None:
         """The general change: any fields, class and leaf as needed.  The
         destination takes the new state at once (see change_many)."""
         ip = dest.shaping.dst_ip
@@ -224,7 +247,7 @@ class TcTree:
             if removed_slot is not None:
                 self._removed[ip] = removed_slot
             self._raise(failures, "add")
-        self._sock.submit(reqs, then)
+        self._socket.submit(reqs, then)
         self._limit_gso([shaping.rate_bps])
 
     def remove(self, dst_ip: str) -> None:
@@ -243,7 +266,7 @@ class TcTree:
                 self._dests[dst_ip] = dest
                 self._raise(failures, "remove")
             self._minors.free(dest.minor)  # only once the class is gone
-        self._sock.submit(reqs, then)
+        self._socket.submit(reqs, then)
 
     def cut(self, dst_ip: str) -> None:
         self._point(dst_ip, cut=True)
@@ -331,15 +354,21 @@ class TcTree:
             if failures:
                 dest.cut = was
                 self._raise(failures, "cut" if cut else "restore")
-        self._sock.submit([self._filter_request(
+        self._socket.submit([self._filter_request(
             dest.slot, dst_ip, target, f"destination {dst_ip}: {'cut' if cut else 'restore'} path "
                                        f"(filter -> {format_handle(target)})")], then)
 
     # --- helpers -------------------------------------------------------------
 
+    @property
+    def _socket(self) -> RouteSocket:
+        assert self._sock is not None, "setup() opens the socket; every other call comes after it"
+        return self._sock
+
     def _limit_gso(self, rates_bps: list[int | None]) -> None:
         segs = gso_max_segs(rates_bps, self._mtu)  # see plan: super-packets on slow paths
         if segs is not None:
+            assert self._gso is not None, "setup() makes the GSO limit before any rate is set"
             self._gso.lower_to(segs)
 
     def _htb(self, rate_bps: int | None) -> HtbParams:
@@ -377,7 +406,7 @@ def _put_back(dest: _Dest, saved: tuple) -> None:
     dest.shaping, dest.leaf, dest.sized_for_bps, dest.table_sent = saved
 
 
-def _put_back_all(undo: list[tuple[_Dest, tuple]], only: set[str] | None) -> None:
+def _put_back_all(undo: list[tuple[_Dest, tuple]], only: set[str | None] | None) -> None:
     """Undo in reverse, so a destination changed twice ends at its first state."""
     for dest, saved in reversed(undo):
         if only is None or dest.shaping.dst_ip in only:

@@ -40,6 +40,8 @@ def generate_text(file: str, swarm: bool, subnet: str | None = None, node_headro
 def generate(file: str, swarm: bool, subnet: str | None = None, node_headroom: int = 32,
              manager_image: str | None = None, node_image: str | None = None) -> tuple[str, str]:
     """(experiment id, the file's text)."""
+    import yaml
+
     from ..deploy.naming import IMAGE_MANAGER, IMAGE_NODE, experiment_id
     from ..deploy.stack import DeployOptions, compose_file, replicas_by_service, swarm_stack
     from ..deploy.subnet import check_subnet, size_subnet
@@ -47,7 +49,6 @@ def generate(file: str, swarm: bool, subnet: str | None = None, node_headroom: i
     from ..manager.experiment import all_instances
     from ..parser import parse_text
     from ..timeline import build_timeline
-    import yaml
 
     if node_headroom < 1:
         raise CollapsarError(f"--node-headroom {node_headroom}: expected at least 1")

@@ -67,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
     from ..parser import parse_text
     from ..units import UnitError, parse_duration_us
 
-    def duration(flag: str, text: str | None) -> int | None:
+    def duration(flag: str, text: str) -> int:
         try:
-            return None if text is None else parse_duration_us(text)
+            return parse_duration_us(text)
         except UnitError as error:
             raise CollapsarError(f"{flag} {text}: {error}") from None
 
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from ..timeline import build_timeline
 
     options = ContainerOptions(
-        experiment_id=exp_id, duration_us=duration("--duration", args.duration),
+        experiment_id=exp_id, duration_us=None if args.duration is None else duration("--duration", args.duration),
         status_port=None if args.status_port < 0 else args.status_port,
         grace_s=duration("--grace", args.grace) / 1e6, wait_up_s=duration("--wait-up", args.wait_up) / 1e6,
         bootstrapper=os.environ.get("COLLAPSAR_BOOTSTRAPPER") or None, sharing=not args.no_sharing)

@@ -95,15 +95,13 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import CollapsarError
     from ..units import UnitError, parse_duration_us
 
-    def duration(flag: str, text: str | None) -> int | None:
-        if text is None:
-            return None
+    def duration(flag: str, text: str) -> int:
         try:
             return parse_duration_us(text)
         except UnitError as error:
             raise CollapsarError(f"{flag} {text}: {error}") from None
 
-    duration_us = duration("--duration", args.duration)
+    duration_us = None if args.duration is None else duration("--duration", args.duration)
     grace_us = duration("--grace", args.grace)
     if not 0 <= args.probe <= 10_000:
         raise CollapsarError(f"--probe {args.probe}: expected a number of pings from 0 to 10000")

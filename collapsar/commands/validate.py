@@ -118,7 +118,7 @@ def _run_json(path: str, commands: bool) -> int:
         print(json.dumps({"file": path, "ok": False, "problems": [_problem_json(p) for p in error.problems],
                           "warnings": []}, indent=1))
         return error.exit_code
-    warnings = [{"src": src, "dst": dst, "message": f"no path from {src} to {dst} at t=0"}
+    warnings: list[dict[str, object]] = [{"src": src, "dst": dst, "message": f"no path from {src} to {dst} at t=0"}
                 for src, dst in unreachable_pairs(experiment)]
     programs = _program_warnings(experiment)
     warnings += [_problem_json(problem) for problem in programs]

@@ -23,10 +23,11 @@ from __future__ import annotations
 import json
 import os
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 import numpy as np
 
@@ -146,10 +147,10 @@ class _Columns:
                          texts=list(self.texts))
 
 
-def _resource(resource: object, file_instance: str) -> tuple[str, str]:
+def _resource(resource: dict[str, Any] | None, file_instance: str) -> tuple[str, str]:
     """(service.instance.id, service.name); the file's name when unnamed."""
     instance = service = None
-    for attr in (resource or {}).get("attributes", ()):  # type: ignore[union-attr]
+    for attr in (resource or {}).get("attributes", ()):
         if attr["key"] == "service.instance.id":
             instance = attr["value"]["stringValue"]
         elif attr["key"] == "service.name":

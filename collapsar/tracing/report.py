@@ -26,6 +26,8 @@ percentiles and the breakdown, as are incomplete requests (spans missing).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from .critical import FORWARD_WAIT, KINDS, NETWORK, QUEUE, REPLY_WAIT, WAIT, CriticalPaths
@@ -239,7 +241,7 @@ def _cell(ms: float | None, empty: str = "-") -> str:
     return empty if ms is None else f"{ms:.3f} ms"
 
 
-def _aligned(rows: list[tuple[str, ...]], left: int) -> list[str]:
+def _aligned(rows: Sequence[tuple[str, ...]], left: int) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(widths[i]) if i < left else cell.rjust(widths[i])
                       for i, cell in enumerate(row)).rstrip() for row in rows]

@@ -26,7 +26,8 @@ import secrets
 import socket
 import threading
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from ...model import instance_name
 from .dnswire import TYPE_A, TYPE_PTR, DnsError, decode_answers, encode_query, reply_id
@@ -62,7 +63,7 @@ class Resolver:
             self._sock.close()
             raise DnsError(f"DNS {self.label}: cannot connect: {error.strerror or error}") from None
 
-    def __enter__(self) -> "Resolver":
+    def __enter__(self) -> Resolver:
         return self
 
     def __exit__(self, *exc) -> None:

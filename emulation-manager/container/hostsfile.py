@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from .inroot import RefusedFile, create_new, open_regular, open_root
 

@@ -51,7 +51,7 @@ class RefusedFile(OSError):
     of a sane size.  An OSError, so callers that retry on OSError still do."""
 
     def __str__(self) -> str:
-        return self.strerror
+        return self.strerror or super().__str__()  # always given: RefusedFile(errno, message)
 
 
 class _OpenHow(ctypes.Structure):  # struct open_how, include/uapi/linux/openat2.h

@@ -9,8 +9,8 @@ windows and the status API's flow figures are Meter's own, unchanged.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Callable
 
 from ...errors import CollapsarError
 from ..throughput import Meter

@@ -17,8 +17,8 @@ import os
 from pyroute2 import IPRoute
 
 from ...errors import CollapsarError
-from ..nsexec import MS_BIND, InNetns, _check, _mount, netns_path, remove_netns
 from .. import nsexec
+from ..nsexec import MS_BIND, InNetns, _check, _mount, netns_path, remove_netns
 
 
 def binding_name(container_id: str, pid: int) -> str:

@@ -35,13 +35,14 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import TextIO
 
 from ...errors import CollapsarError
-from ...model import Experiment
+from ...model import Experiment, service_of
 from ..core import EmulationCore, needs_netem
-from ..experiment import all_instances, paths_from, service_of, timeline_paths
+from ..experiment import all_instances, paths_from, timeline_paths
 from ..player import Player
 from ..status import StatusBoard, StatusServer, paths_rows
 from ..topoview import topology_json
@@ -81,7 +82,7 @@ class ContainerRun:
         self._step_times = [step.at_us for step in timeline.steps]
         first = timeline.steps[0].state
         self.status = {name: ("up" if name in first.instances else "absent") for name in self.instances}
-        self.network = {name: "up" for name in self.instances}
+        self.network = dict.fromkeys(self.instances, "up")
         self.ip_of: dict[str, str] = {}  # shared with every core: new addresses reach them all
         self.shaped: dict[str, Shaped] = {}
         self.seen: dict[str, Seen] = {}

@@ -29,7 +29,7 @@ has one manager, which makes a key in memory.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ...deploy.naming import BOOTSTRAP_SERVICE, METADATA_KEY_SECRET, NETWORK
 from ..share_bus import METADATA_PORT
@@ -56,7 +56,8 @@ def container_sharing(run, say: Callable[[str], None], *, bootstrapper: dict | N
     """The sharing of `run` (a ContainerRun); on Swarm `bootstrapper` is the
     engine's inspection of this node's bootstrapper container and `dns` asks
     in its namespace.  Returns it and, on Swarm, what finds the peers."""
-    listen, prefix, peers, key = None, (), None, None
+    listen, peers, key = None, None, None
+    prefix: tuple[str, ...] = ()
     if bootstrapper is not None and dns is not None:
         own_ip = overlay_address(bootstrapper)
         key = swarm_key(bootstrapper, say)

@@ -10,7 +10,6 @@ import time
 import urllib.request
 
 import pytest
-
 from test_control_run import leaf_rates
 from test_local_support import Cli, host_snapshot, read_json, run_id_of
 

@@ -16,7 +16,6 @@ import subprocess
 import time
 
 import pytest
-
 from dockerlib import ROOT, docker, log
 
 DOCKERD_LOG = "/tmp/collapsar-test-dockerd.log"

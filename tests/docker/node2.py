@@ -23,9 +23,9 @@ import subprocess
 import time
 import urllib.request
 
-from collapsar.manager.nsexec import InNetns
-
 from dockerlib import log, run
+
+from collapsar.manager.nsexec import InNetns
 
 NETNS = "cxnode2"
 HOST_VETH, NODE_VETH = "cxn2-host", "cxn2-node"

@@ -9,14 +9,27 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
+
+from dockerlib import (
+    TOPOLOGY,
+    classes_by_destination,
+    collapsar_processes,
+    docker,
+    htb_rates,
+    ifname_of,
+    labelled_containers,
+    log,
+    mtu_of,
+    netns_inodes,
+    run,
+    status,
+    wait_for,
+)
 
 from collapsar.parser import parse_file
 from collapsar.tcal.plan import htb_params
 from collapsar.timeline import build_timeline
-
-from dockerlib import (TOPOLOGY, classes_by_destination, collapsar_processes, docker, htb_rates, ifname_of,
-                       labelled_containers, log, mtu_of, netns_inodes, run, status, wait_for)
 
 JOIN_AT_S, LEAVE_AT_S = 3, 15  # tests/docker/data/rates.yaml: late joins, client-2 leaves
 BLACKHOLE = "1:2"

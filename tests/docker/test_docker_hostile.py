@@ -26,14 +26,12 @@ import secrets
 
 import pytest
 import yaml
+from dockerlib import collapsar, collapsar_processes, docker, labelled_containers, run, status, wait_for, wait_listening
+from scenario import check_rates
 
 from collapsar.manager.container import hostsfile
 from collapsar.parser import parse_file
 from collapsar.timeline import build_timeline
-
-from dockerlib import (collapsar, collapsar_processes, docker, labelled_containers, run, status, wait_for,
-                       wait_listening)
-from scenario import check_rates
 
 PROJECT = "cxhostile"
 IPERF_PORT = 5201

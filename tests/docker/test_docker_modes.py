@@ -6,9 +6,19 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
-from dockerlib import (ROOT, TOPOLOGY, collapsar, container_pid, docker, labelled_containers, log,
-                       remove_trace_volume, run, tc_in, wait_for)
+from dockerlib import (
+    ROOT,
+    TOPOLOGY,
+    collapsar,
+    container_pid,
+    docker,
+    labelled_containers,
+    log,
+    remove_trace_volume,
+    run,
+    tc_in,
+    wait_for,
+)
 from scenario import exercise
 
 STACK = "cxtest"

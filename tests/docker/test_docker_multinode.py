@@ -27,16 +27,29 @@ import subprocess
 
 import pytest
 import yaml
+from dockerlib import (
+    ROOT,
+    classes_by_destination,
+    collapsar,
+    collapsar_processes,
+    docker,
+    htb_rates,
+    ifname_of,
+    log,
+    mtu_of,
+    netns_inodes,
+    remove_trace_volume,
+    run,
+    status,
+    wait_for,
+    wait_listening,
+)
+from node2 import HOST_IP, NODE_IP, Node2
 
 from collapsar.deploy.naming import IMAGE_MANAGER, IMAGE_NODE
 from collapsar.parser import parse_file
 from collapsar.tcal.plan import htb_params
 from collapsar.timeline import build_timeline
-
-from dockerlib import (ROOT, classes_by_destination, collapsar, collapsar_processes, docker,
-                       htb_rates, ifname_of, log, mtu_of, netns_inodes, remove_trace_volume, run, status,
-                       wait_for, wait_listening)
-from node2 import HOST_IP, NODE_IP, Node2
 
 STACK = "cxmulti"
 TOPOLOGY = ROOT / "tests" / "docker" / "data" / "sharing.yaml"
@@ -201,10 +214,16 @@ def container_pid_on(engine_docker, container: str) -> int:
 def check_removed(experiment: str, engines: dict, node2: Node2, inodes: set[int]) -> None:
     for node, engine_docker in engines.items():
         label = f"label=org.collapsar.experiment={experiment}"
-        wait_for(f"node {node}: every container of the experiment removed",
-                 lambda: not engine_docker("ps", "-aq", "--filter", label).split(), 90)
-        wait_for(f"node {node}: the experiment's network removed",
-                 lambda: not engine_docker("network", "ls", "-q", "--filter", label).split(), 60)
+        wait_for(
+            f"node {node}: every container of the experiment removed",
+            lambda: not engine_docker("ps", "-aq", "--filter", label).split(),  # noqa: B023 - called now
+            90,
+        )
+        wait_for(
+            f"node {node}: the experiment's network removed",
+            lambda: not engine_docker("network", "ls", "-q", "--filter", label).split(),  # noqa: B023 - called now
+            60,
+        )
         remove_trace_volume(STACK, engine_docker)
     wait_for("no Collapsar process left on either node", lambda: not collapsar_processes(), 30)
     wait_for("the containers' namespaces gone", lambda: not (inodes & netns_inodes()), 30)

@@ -17,9 +17,19 @@ import subprocess
 
 import pytest
 import yaml
-
-from dockerlib import (ROOT, collapsar, container_pid, docker, labelled_containers, log, remove_trace_volume,
-                       run, status, wait_for, wait_listening)
+from dockerlib import (
+    ROOT,
+    collapsar,
+    container_pid,
+    docker,
+    labelled_containers,
+    log,
+    remove_trace_volume,
+    run,
+    status,
+    wait_for,
+    wait_listening,
+)
 
 pytestmark = pytest.mark.timing  # flow rates through a shared link
 

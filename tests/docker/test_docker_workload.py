@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 
 import yaml
-
 from dockerlib import collapsar, collapsar_processes, docker, labelled_containers, log, run, wait_for
 
 PROJECT = "cxworkload"

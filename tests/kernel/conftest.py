@@ -9,10 +9,9 @@ the sender's side."""
 import os
 
 import pytest
+from netns_helpers import NetnsPair, make_netns_pair  # noqa: F401 (a fixture)
 
 from collapsar.tcal import TcTree
-
-from netns_helpers import NetnsPair, make_netns_pair  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(autouse=True, scope="session")

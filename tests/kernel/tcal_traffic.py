@@ -108,7 +108,7 @@ class Iperf:
             self.server.kill()
             self.server.wait()
 
-    def __enter__(self) -> "Iperf":
+    def __enter__(self) -> Iperf:
         return self
 
     def __exit__(self, *exc) -> None:

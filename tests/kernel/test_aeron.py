@@ -70,7 +70,8 @@ def offer_until_taken(client, publication, payload, timeout_s=15.0):
         f"{publication.channel}: never taken (connected={publication.is_connected()})"
 
 
-ECHO = textwrap.dedent("""
+ECHO = textwrap.dedent(
+    """
     import json, sys, time
     from collapsar.manager.aeron import Client, ipc_channel
     from collapsar.manager.metadata import Codec, Inbox, Message
@@ -92,7 +93,9 @@ ECHO = textwrap.dedent("""
         time.sleep(0.001)
     print(json.dumps({"seen": seen, "dropped": dict(inbox.dropped)}))
     client.close()
-""" % (TAG, KEY))
+"""  # noqa: UP031 - the template is Python source: braces are its own
+    % (TAG, KEY)
+)
 
 
 def test_two_processes_exchange_metadata_over_ipc(drivers):

@@ -20,9 +20,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_local_support import CLI
 
 from collapsar.manager.rundir import process_start_time
-from test_local_support import CLI
 
 NOBODY = 65534
 

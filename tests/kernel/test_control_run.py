@@ -13,7 +13,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from test_local_support import Cli, host_snapshot, read_json, run_id_of
 
 TOPOLOGY = """\

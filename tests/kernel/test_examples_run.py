@@ -7,7 +7,6 @@ that the two lists hold every example."""
 from __future__ import annotations
 
 import pytest
-
 from examples_support import HOST_EXAMPLES, run_example
 
 MBPS = 1_000_000

@@ -14,7 +14,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from test_local_support import CLI, Cli, host_snapshot, pid_alive, read_json, run_id_of
 
 LONG = """\

@@ -10,12 +10,11 @@ import os
 from pathlib import Path
 
 import pytest
+from host_timing import quietest
+from test_local_support import Cli, host_snapshot, pid_alive, read_json, run_id_of
 
 from collapsar.manager import firewall
 from collapsar.manager.scheduler import percentile
-
-from host_timing import quietest
-from test_local_support import Cli, host_snapshot, pid_alive, read_json, run_id_of
 
 GOODPUT_SHARE = 1448 / 1538  # TCP goodput of an Ethernet link at MTU 1500 (TCAL wire overhead)
 

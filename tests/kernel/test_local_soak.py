@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_local_support import Cli, host_snapshot, pid_alive, read_json, run_id_of
 
 pytestmark = pytest.mark.soak

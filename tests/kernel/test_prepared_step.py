@@ -8,13 +8,12 @@ import threading
 import time
 
 import pytest
+from tcal_traffic import classes, filters, run
 
 from collapsar.errors import KernelError
 from collapsar.manager.supervisor import Launch, Supervisor
 from collapsar.tcal import Shaping, nlsock
 from collapsar.tcal.prepared import PreparedStep
-
-from tcal_traffic import classes, filters, run
 
 pytestmark = pytest.mark.timing  # changes must reach the kernel at their deadline
 

@@ -21,10 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
+from test_sharing_managers import SPLITS, TOPOLOGY, Managers, merged, one_manager
 
 from collapsar.manager.share_peer import PeerNetwork
-
-from test_sharing_managers import SPLITS, TOPOLOGY, Managers, merged, one_manager
 
 pytestmark = pytest.mark.timing  # managers converge within a few periods
 

@@ -15,7 +15,6 @@ import json
 import statistics
 
 import pytest
-
 from host_timing import quietest
 from test_local_support import Cli, run_id_of
 

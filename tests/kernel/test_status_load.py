@@ -16,11 +16,10 @@ import time
 import urllib.request
 
 import pytest
-
-from collapsar.manager.scheduler import percentile
-
 from host_timing import quietest
 from test_local_support import Cli, read_json, run_id_of
+
+from collapsar.manager.scheduler import percentile
 
 EVENTS = 30
 IDLE, STREAMS = 200, 50

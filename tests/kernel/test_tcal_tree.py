@@ -9,11 +9,10 @@ import threading
 import time
 
 import pytest
+from tcal_traffic import ETHERNET_GOODPUT_RATIO, Iperf, classes, filters, ping_loss, qdisc_kinds, run, send_udp
 
 from collapsar.errors import CollapsarError, EnvironmentProblem, KernelError
 from collapsar.tcal import Shaping, check_kernel
-
-from tcal_traffic import ETHERNET_GOODPUT_RATIO, Iperf, classes, filters, ping_loss, qdisc_kinds, run, send_udp
 
 pytestmark = pytest.mark.timing  # goodput through the classes, measured with iperf3
 

@@ -13,10 +13,9 @@ import subprocess
 import time
 
 import pytest
+from test_local_support import CLI, Cli, host_snapshot, read_json, run_id_of
 
 from collapsar.manager.programs import workload_build_dir
-
-from test_local_support import CLI, Cli, host_snapshot, read_json, run_id_of
 
 GOODPUT_SHARE = 1448 / 1538  # TCP goodput of an Ethernet link at MTU 1500 (TCAL wire overhead)
 BULK_REPLY_BYTES = 1 << 20  # `--rs 1m`

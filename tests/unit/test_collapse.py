@@ -5,7 +5,14 @@ import pytest
 from collapsar.collapse import collapse, unreachable_pairs
 from collapsar.errors import CollapsarError, TopologyError
 from collapsar.model import (
-    Bridge, Experiment, LinkProps, LinkSpec, Service, ServiceEvent, Settings, LinkEvent,
+    Bridge,
+    Experiment,
+    LinkEvent,
+    LinkProps,
+    LinkSpec,
+    Service,
+    ServiceEvent,
+    Settings,
 )
 
 MS = 1000
@@ -55,11 +62,11 @@ def test_link_ids_follow_file_order_instances_and_up_before_down():
     exp = experiment([Service("web", replicas=2), "db"], ["s1"], [
         link("web", "s1"), LinkSpec("s1", "db", props(), None), link("web", "db")])
     links = collapse(exp).links
-    assert [(i, l.src, l.dst) for i, l in links.items()] == [
+    assert [(i, link.src, link.dst) for i, link in links.items()] == [
         (0, "web", "s1"), (1, "s1", "web"), (2, "web-2", "s1"), (3, "s1", "web-2"),
         (4, "s1", "db"),  # one-way: no down link
         (5, "web", "db"), (6, "db", "web"), (7, "web-2", "db"), (8, "db", "web-2")]
-    assert all(l.present for l in links.values())
+    assert all(link.present for link in links.values())
 
 
 def test_later_joins_get_ids_after_all_initial_ones_in_event_order():
@@ -68,7 +75,7 @@ def test_later_joins_get_ids_after_all_initial_ones_in_event_order():
         ServiceEvent(1_000_000, "web", "join", ("web-2",)),
         LinkEvent(2_000_000, "s1", "s2", "join", spec=new)])
     links = collapse(exp).links
-    assert [(i, l.src, l.dst, l.present) for i, l in links.items()] == [
+    assert [(i, link.src, link.dst, link.present) for i, link in links.items()] == [
         (0, "web", "s1", True), (1, "s1", "web", True),
         (2, "web-2", "s1", False), (3, "s1", "web-2", False),
         (4, "s1", "s2", False), (5, "s2", "s1", False)]

@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from collapsar.collapse import NetworkState, collapse
 from collapsar.model import (
-    Bridge, BridgeEvent, Experiment, LinkEvent, LinkProps, LinkSetEvent, LinkSpec, Service,
+    Bridge,
+    BridgeEvent,
+    Experiment,
+    LinkEvent,
+    LinkProps,
+    LinkSetEvent,
+    LinkSpec,
+    Service,
     Settings,
 )
 from collapsar.routing import Router
@@ -94,7 +101,10 @@ def test_collapse_agrees_with_networkx(experiment):
             assert all(link.dst in state.graph.bridges for link in links[:-1])
             assert (path.delay_us, path.jitter_us, path.loss_ratio, path.rate_bps) == fold(
                 [link.props for link in links])
-            weight = lambda a, b, edges: min(e["props"].delay_us for e in edges.values())
+
+            def weight(a, b, edges):
+                return min(e["props"].delay_us for e in edges.values())
+
             if experiment.settings.path_metric == "latency":
                 assert path.delay_us == nx.dijkstra_path_length(graph, src, dst, weight=weight)
                 nodes = list(nx.all_shortest_paths(graph, src, dst, weight=weight))

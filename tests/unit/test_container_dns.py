@@ -11,13 +11,14 @@ import threading
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_container_run import (
+    bindings,  # noqa: F401 (a fixture, used by name)
+    make_run,
+    seen,
+)
 
 from collapsar.manager.container.dnsaddr import DnsAddresses, OutageReport, Resolver, reverse_name, slot_of
-from collapsar.manager.container.dnswire import (TYPE_A, TYPE_PTR, DnsError, decode_answers, encode_query,
-                                                 read_name)
-
-from test_container_run import bindings  # noqa: F401 (a fixture, used by name)
-from test_container_run import make_run, seen
+from collapsar.manager.container.dnswire import TYPE_A, TYPE_PTR, DnsError, decode_answers, encode_query, read_name
 
 
 def test_query_is_one_question_with_recursion_desired():

@@ -6,13 +6,12 @@ the engine."""
 from types import SimpleNamespace
 
 import pytest
+from test_manager_fakes import FakeState, FakeTree, full_mesh, path, timeline_of
 
 from collapsar.manager.container import hostsfile, nsbind
 from collapsar.manager.container.engine import Seen, seen_from
 from collapsar.manager.container.run import ContainerOptions, ContainerRun
 from collapsar.tcal.plan import Shaping
-
-from test_manager_fakes import FakeState, FakeTree, full_mesh, path, timeline_of
 
 NAMES = ["a", "b", "c"]
 

@@ -8,7 +8,13 @@ import time
 import pytest
 
 from collapsar.manager.control import (
-    AdHocLinks, ControlRefused, RunControl, bearer_matches, read_change, with_events, write_token,
+    AdHocLinks,
+    ControlRefused,
+    RunControl,
+    bearer_matches,
+    read_change,
+    with_events,
+    write_token,
 )
 from collapsar.manager.liveplayer import LivePlayer
 from collapsar.parser import parse_text

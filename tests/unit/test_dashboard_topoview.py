@@ -31,7 +31,7 @@ def test_topology_lists_services_bridges_and_every_link_ever():
     assert topo["nodes"] == [{"id": "web", "kind": "service", "instances": ["web", "web-2"]},
                              {"id": "db", "kind": "service", "instances": ["db"]},
                              {"id": "sw", "kind": "bridge"}]
-    assert [(l["id"], l["a"], l["b"]) for l in topo["links"]] == [
+    assert [(link["id"], link["a"], link["b"]) for link in topo["links"]] == [
         (0, "web", "sw"), (1, "sw", "db"), (2, "web", "db")]
     assert topo["links"][1]["up"]["rate_bps"] == 100_000_000
     assert topo["links"][1]["down"]["rate_bps"] == 50_000_000

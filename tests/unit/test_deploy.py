@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from collapsar.commands.generate import generate_text
-from collapsar.deploy.stack import WAIT_FOR_SHAPING
 from collapsar.deploy.manager_spec import MANAGER_SPEC, sdk_run_kwargs
-from collapsar.deploy.naming import (check_service_name, experiment_id, instance_of, replica_of)
+from collapsar.deploy.naming import check_service_name, experiment_id, instance_of, replica_of
+from collapsar.deploy.stack import WAIT_FOR_SHAPING
 from collapsar.deploy.subnet import addresses_needed, check_subnet, size_subnet
 from collapsar.errors import CollapsarError
 from collapsar.parser import parse_text

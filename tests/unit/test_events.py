@@ -5,8 +5,7 @@ import random
 import pytest
 
 from collapsar.errors import TopologyError, Where
-from collapsar.model import (BridgeEvent, LinkEvent, LinkProps, LinkSetEvent, LinkSpec,
-                             PartitionEvent, ServiceEvent)
+from collapsar.model import BridgeEvent, LinkEvent, LinkProps, LinkSetEvent, LinkSpec, PartitionEvent, ServiceEvent
 from collapsar.parser import parse_text
 
 BASE = """\

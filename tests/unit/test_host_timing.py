@@ -2,7 +2,6 @@
 the shape rt-tests 2.4 prints."""
 
 import pytest
-
 from host_timing import HISTOGRAM_US, parse_histogram
 
 OUTPUT = """\

@@ -6,12 +6,12 @@ import subprocess
 import sys
 
 import pytest
+from model_compare import without_where
 
 from collapsar.errors import CollapsarError, TopologyError, Where
 from collapsar.kollaps_xml import parse_xml_file, parse_xml_text, to_yaml
-from collapsar.model import (BridgeEvent, LinkEvent, LinkProps, LinkSetEvent, ServiceEvent)
+from collapsar.model import BridgeEvent, LinkEvent, LinkProps, LinkSetEvent, ServiceEvent
 from collapsar.parser import parse_text
-from model_compare import without_where
 
 DATA = pathlib.Path(__file__).parent / "data"
 IPERF = DATA / "kollaps_iperf.xml"
@@ -36,7 +36,7 @@ def test_services_bridges_and_replicas():
 
 def test_links_units_and_directions():
     links = parse_xml_file(IPERF).links
-    assert [(l.a, l.b) for l in links] == [("client1", "s1"), ("client2", "s1"), ("s1", "s2"),
+    assert [(link.a, link.b) for link in links] == [("client1", "s1"), ("client2", "s1"), ("s1", "s2"),
                                            ("s2", "server")]
     assert links[1].up == LinkProps(5500, 500, "normal", 0.0, 50_000_000)
     assert links[1].down == LinkProps(5500, 500, "normal", 0.0, 20_000_000)

@@ -3,8 +3,7 @@
 import pytest
 
 from collapsar.errors import CollapsarError
-from collapsar.manager.addressing import (IFNAMSIZ, check_run_id, netns_name, new_run_id,
-                                          plan_network)
+from collapsar.manager.addressing import IFNAMSIZ, check_run_id, netns_name, new_run_id, plan_network
 
 
 def test_addresses_start_at_the_second_host_in_instance_order():

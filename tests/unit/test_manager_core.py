@@ -2,12 +2,10 @@
 change becomes."""
 
 import pytest
+from test_manager_fakes import FakeTree, path
 
 from collapsar.errors import CollapsarError
 from collapsar.manager.core import EmulationCore, Override, needs_netem
-
-from test_manager_fakes import FakeTree, path
-
 from collapsar.tcal.plan import Shaping
 
 IPS = {"a": "10.77.0.2", "b": "10.77.0.3", "c": "10.77.0.4"}

@@ -4,16 +4,15 @@ commands with their environment, and whether netem is needed."""
 import os
 
 import pytest
+from test_manager_fakes import FakeState, full_mesh, path, timeline_of
 
 from collapsar.errors import CollapsarError, Where
-from collapsar.model import Experiment, Service, Settings
 from collapsar.manager.addressing import plan_network
 from collapsar.manager.core import needs_netem
 from collapsar.manager.dryrun import describe_run
 from collapsar.manager.experiment import all_instances, launches, paths_from, service_of, timeline_paths
 from collapsar.manager.programs import workload_build_dir
-
-from test_manager_fakes import FakeState, full_mesh, path, timeline_of
+from collapsar.model import Experiment, Service, Settings
 
 
 def experiment(*services: Service) -> Experiment:

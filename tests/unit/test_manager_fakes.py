@@ -74,7 +74,7 @@ def timeline_of(states: list[tuple[int, tuple, FakeState]]) -> FakeTimeline:
 class FakeTree:
     """Records every call; rejects what the real TcTree rejects."""
 
-    made: list["FakeTree"] = []
+    made: list[FakeTree] = []
 
     def __init__(self, ifname: str, netns: str | None = None, wire_overhead: bool = True,
                  netem: bool = True):

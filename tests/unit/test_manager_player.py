@@ -2,10 +2,10 @@
 
 import time
 
-from collapsar.model import LinkSetEvent, PartitionEvent, ServiceEvent
-from collapsar.manager.player import Player, StepPlan, describe_event, plan_step
-
 from test_manager_fakes import FakeState, full_mesh, path, timeline_of
+
+from collapsar.manager.player import Player, StepPlan, describe_event, plan_step
+from collapsar.model import LinkSetEvent, PartitionEvent, ServiceEvent
 
 ABC = ["a", "b", "c"]
 

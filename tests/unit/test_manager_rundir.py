@@ -14,9 +14,19 @@ import pytest
 
 from collapsar.errors import CollapsarError, EnvironmentProblem, RunError
 from collapsar.manager.cleanup_plan import Step, find_run, plan_cleanup
-from collapsar.manager.rundir import (Journal, RunDir, RunLock, checked_state_dir, is_stale, list_runs,
-                                      manager_alive, process_start_time, read_journal, retire,
-                                      same_process)
+from collapsar.manager.rundir import (
+    Journal,
+    RunDir,
+    RunLock,
+    checked_state_dir,
+    is_stale,
+    list_runs,
+    manager_alive,
+    process_start_time,
+    read_journal,
+    retire,
+    same_process,
+)
 
 
 @pytest.fixture
@@ -91,10 +101,9 @@ def test_second_lock_names_the_active_run(state):
 
 
 def test_lock_of_a_killed_holder_is_free(state):
-    code = ("import sys, os, signal; sys.path[:0] = %r; "
+    code = (f"import sys, os, signal; sys.path[:0] = {sys.path!r}; "
             "from collapsar.manager.rundir import RunLock; from pathlib import Path; "
-            "RunLock.acquire(Path(%r), 'a1b2c3', Path('/x')); os.kill(os.getpid(), signal.SIGKILL)"
-            % (sys.path, str(state)))
+            f"RunLock.acquire(Path({str(state)!r}), 'a1b2c3', Path('/x')); os.kill(os.getpid(), signal.SIGKILL)")
     subprocess.run([sys.executable, "-c", code])
     RunLock.acquire(state, "0000ff", state / "0000ff").release()
 

@@ -4,10 +4,9 @@ import threading
 import time
 
 import pytest
+from host_timing import quietest
 
 from collapsar.manager.scheduler import Scheduler, percentile
-
-from host_timing import quietest
 
 pytestmark = pytest.mark.timing  # event lateness
 

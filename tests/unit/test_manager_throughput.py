@@ -3,11 +3,11 @@
 import time
 from collections import namedtuple
 
+from test_manager_fakes import path
+
 from collapsar.manager.addressing import plan_network
 from collapsar.manager.report import flow_table
 from collapsar.manager.throughput import Meter
-
-from test_manager_fakes import path
 
 Counter = namedtuple("Counter", "bytes packets wire_bytes")
 

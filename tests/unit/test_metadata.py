@@ -16,7 +16,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collapsar.manager.metadata import (
-    HEADER, TAG_BYTES, Codec, FlowReport, Inbox, MalformedMessage, Message, MetadataError, PeerFlows, SendPolicy,
+    HEADER,
+    TAG_BYTES,
+    Codec,
+    FlowReport,
+    Inbox,
+    MalformedMessage,
+    Message,
+    MetadataError,
+    PeerFlows,
+    SendPolicy,
 )
 
 TAG = 0xC0FFEE01

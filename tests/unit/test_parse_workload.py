@@ -4,14 +4,13 @@ every message it gives on bad input, with its exact `file:line: message`."""
 import textwrap
 
 import pytest
+from model_compare import without_where
 
 from collapsar.errors import TopologyError, Where
 from collapsar.model import CommandOrigin, Service
-from collapsar.wl_values import wl_bytes, wl_time
 from collapsar.parser import parse_text
+from collapsar.wl_values import wl_bytes, wl_time
 from collapsar.yamlout import to_yaml
-
-from model_compare import without_where
 
 
 def parse(text: str):

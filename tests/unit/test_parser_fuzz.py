@@ -5,11 +5,11 @@ and every valid generated experiment parses and survives a YAML round trip."""
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from model_compare import without_where
 
 from collapsar.errors import TopologyError
 from collapsar.kollaps_xml import parse_xml_text, to_yaml
 from collapsar.parser import parse_file, parse_text
-from model_compare import without_where
 
 FUZZ = settings(max_examples=150, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -19,7 +19,8 @@ TOKENS = ["services:", "bridges:", "links:", "events:", "experiment:", "web", "s
           "jitter", "bandwidth", "1Gbps", "up", "down", "loss", "0.1%", "at", "action",
           "join", "leave", "crash", "set", "flap", "every", "until", "partition", "amount",
           "&a ", "*a", "<<", "!!str ", "!x ", "!!bool ", "!!int ", "!!float ", "!!null ",
-          "!!binary ", "!!timestamp ", "!!set ", "!!omap ", "0x", "0b", "1:30", "yes", "'", '"', "#", "-1", "1e999", ".nan", "~",
+          "!!binary ", "!!timestamp ", "!!set ", "!!omap ", "0x", "0b", "1:30", "yes", "'", '"', "#", "-1", "1e999",
+          ".nan", "~",
           "command", "replicas", "direction", "one-way", "instance", "bridge", "link"]
 
 

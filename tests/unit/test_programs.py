@@ -9,8 +9,14 @@ import sys
 import pytest
 
 from collapsar.errors import TopologyError, Where
-from collapsar.manager.programs import (image_warnings, instance_path, missing_programs, require_programs,
-                                        resolve, workload_build_dir)
+from collapsar.manager.programs import (
+    image_warnings,
+    instance_path,
+    missing_programs,
+    require_programs,
+    resolve,
+    workload_build_dir,
+)
 from collapsar.model import Experiment, Service, Settings
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

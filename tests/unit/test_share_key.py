@@ -36,7 +36,8 @@ def text_file(text, mode):
 
 
 @pytest.mark.parametrize("make,text", [
-    (text_file("ab" * 32, 0o644), r"must be owned by uid \d+ and readable by its owner only \(it is uid \d+, mode 0644\)"),
+    (text_file("ab" * 32, 0o644),
+     r"must be owned by uid \d+ and readable by its owner only \(it is uid \d+, mode 0644\)"),
     (text_file("ab" * 31, 0o600), "expected 64 hex digits"),
     (text_file("zz" * 32, 0o600), "expected 64 hex digits"),
     (lambda p: p.mkdir(), "must be a regular file"),

@@ -4,18 +4,17 @@ where each flow sends min(what it wants, what its class allows), and a
 loopback wire between managers."""
 
 import pytest
+from test_manager_fakes import FakeTree
 
 from collapsar.manager.core import EmulationCore, Override
 from collapsar.manager.experiment import all_instances, paths_from
 from collapsar.manager.metadata import Codec, FlowReport, Message
 from collapsar.manager.share_bus import MetadataBus
-from collapsar.manager.share_routes import Routes
 from collapsar.manager.share_loop import ShareLoop, ShareSettings
+from collapsar.manager.share_routes import Routes
 from collapsar.parser import parse_text
 from collapsar.tcal.plan import Shaping
 from collapsar.timeline import build_timeline
-
-from test_manager_fakes import FakeTree
 
 M = 1_000_000
 PERIOD_NS = 50_000_000

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from test_manager_status import SNAPSHOT, get, request
 
 from collapsar.manager import streams
 from collapsar.manager.control import RunControl
@@ -19,7 +20,6 @@ from collapsar.manager.httpguard import Limits
 from collapsar.manager.status import StatusBoard, StatusServer, paths_rows
 from collapsar.model import Path
 
-from test_manager_status import SNAPSHOT, get, request
 
 def limited(board, limits, **kwargs):
     return StatusServer(board, 0, limits=limits, **kwargs).start()
@@ -275,7 +275,7 @@ def test_each_snapshot_is_encoded_once_whoever_reads_it(board):
     try:
         for sock in streams:
             sock.sendall(b"GET /stream HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        received = {sock: b"" for sock in streams}
+        received = dict.fromkeys(streams, b"")
 
         def all_saw(t_us):
             for sock in streams:
@@ -289,7 +289,7 @@ def test_each_snapshot_is_encoded_once_whoever_reads_it(board):
         assert wait_for(lambda: all_saw(1500000))
         for t_us in (1550000, 1600000):
             board.publish({**SNAPSHOT, "t_us": t_us})
-            assert wait_for(lambda: all_saw(t_us))
+            assert wait_for(lambda: all_saw(t_us))  # noqa: B023 - wait_for calls it before the loop goes on
             for _ in range(3):
                 assert json.loads(get(srv, "/status")[1])["t_us"] == t_us
         assert board.encodings == 3  # 3 snapshots, each read by 5 streams and 3 GETs

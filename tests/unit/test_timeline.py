@@ -9,8 +9,17 @@ import pytest
 from collapsar.collapse import NetworkState
 from collapsar.errors import TopologyError
 from collapsar.model import (
-    Bridge, BridgeEvent, Experiment, LinkEvent, LinkProps, LinkSetEvent, LinkSpec,
-    PartitionEvent, Service, ServiceEvent, Settings,
+    Bridge,
+    BridgeEvent,
+    Experiment,
+    LinkEvent,
+    LinkProps,
+    LinkSetEvent,
+    LinkSpec,
+    PartitionEvent,
+    Service,
+    ServiceEvent,
+    Settings,
 )
 from collapsar.parser import parse_text
 from collapsar.routing import Router

@@ -4,9 +4,9 @@ line with exit 2 for every kind of bad run directory."""
 import json
 
 import pytest
+from span_files import RunFiles, chain
 
 from collapsar.cli import main
-from span_files import RunFiles, chain
 
 EXPERIMENT = """\
 experiment: {name: trace-cli}

@@ -6,10 +6,10 @@ for their sender to read them."""
 
 import numpy as np
 import pytest
+from span_files import RunFiles, chain
 
 from collapsar.tracing.critical import CAUSES, KINDS, REPLY_WAIT, critical_paths
 from collapsar.tracing.load import read_spans, span_files
-from span_files import RunFiles, chain
 
 
 def analyse(run_dir):

@@ -6,9 +6,9 @@ and the JSON shape the issue names."""
 import json
 
 import pytest
+from span_files import RunFiles, chain
 
 from collapsar.cli import main
-from span_files import RunFiles, chain
 
 EXPERIMENT = """\
 experiment: {name: trace-test}

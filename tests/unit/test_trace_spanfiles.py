@@ -9,7 +9,6 @@ import json
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
 from span_files import RunFiles, chain
 
 ATTRIBUTES = {

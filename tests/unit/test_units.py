@@ -3,12 +3,19 @@
 import pytest
 
 from collapsar.errors import UnitError
-from collapsar.units import (format_duration_us, format_rate_bps, parse_duration_us,
-                             parse_loss_ratio, parse_rate_bps, parse_size_bytes)
+from collapsar.units import (
+    format_duration_us,
+    format_rate_bps,
+    parse_duration_us,
+    parse_loss_ratio,
+    parse_rate_bps,
+    parse_size_bytes,
+)
 
 DURATIONS = [
     ("10ms", 10_000), ("250us", 250), ("250µs", 250), ("1.5s", 1_500_000), ("2m", 120_000_000),
-    ("2min", 120_000_000), ("1h", 3_600_000_000), ("2000ns", 2), (" 7 ms ", 7_000), (0, 0), ("0", 0), (0.0, 0), (".5ms", 500),
+    ("2min", 120_000_000), ("1h", 3_600_000_000), ("2000ns", 2), (" 7 ms ", 7_000), (0, 0), ("0", 0), (0.0, 0),
+    (".5ms", 500),
     ("1e3us", 1000), ("1.ms", 1000),
 ]
 

@@ -14,8 +14,7 @@ import pytest
 from collapsar.errors import InstanceFailure
 from collapsar.manager import outputs
 from collapsar.manager.supervisor import Exit, Launch, Supervisor
-from collapsar.manager.workload_report import (Hop, chain_share, network_share, read_summary, rtt_in,
-                                                summary_line)
+from collapsar.manager.workload_report import Hop, chain_share, network_share, read_summary, rtt_in, summary_line
 from collapsar.parser import parse_text
 from collapsar.timeline import build_timeline
 

@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
+from netns_helpers import NetnsPair, make_netns_pair, sh  # noqa: F401 (a fixture)
 
 from collapsar.vm import HOST_RELEASE_VAR, IN_VM_VAR
-from netns_helpers import NetnsPair, make_netns_pair, sh  # noqa: F401 (a fixture)
 
 RUNNER = "test_vm_tier.py"
 

@@ -12,8 +12,9 @@ import platform
 import subprocess
 import sys
 
-from collapsar.tcal.counters import ETHERNET_OVERHEAD_BYTES, Counters, DestCounter
 from netns_helpers import sh
+
+from collapsar.tcal.counters import ETHERNET_OVERHEAD_BYTES, Counters, DestCounter
 
 PING_FRAME = 14 + 20 + 8 + 56  # Ethernet + IPv4 + ICMP + ping's default payload
 NBYTES = 300_000

@@ -20,10 +20,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from examples_support import TOPOLOGIES, VM_EXAMPLES, median_latency_ms, ok_ratio, run_example, window
+
 from collapsar.model import ServiceEvent
 from collapsar.parser import parse_file
-
-from examples_support import TOPOLOGIES, VM_EXAMPLES, median_latency_ms, ok_ratio, run_example, window
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "vm" / "examples"
 MBPS = 1_000_000

@@ -38,9 +38,9 @@ import statistics
 import time
 
 import pytest
+from netns_helpers import sh
 
 from collapsar.tcal import Shaping, TcTree
-from netns_helpers import sh
 
 FALSE_FAIL_ODDS = 1e-4
 # Most an emulated machine adds to a median RTT over the configured delay.

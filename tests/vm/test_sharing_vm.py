@@ -23,7 +23,6 @@ import statistics
 import time
 
 import pytest
-
 from sharing_support import GOODPUT_SHARE, Run, received_per_second, trace_summary, udp_lost_ratio, udp_rates
 
 M = 1_000_000

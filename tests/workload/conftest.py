@@ -9,7 +9,6 @@ import subprocess
 import time
 
 import pytest
-
 from wl_support import BUILD, LISTEN_RE, STATS_RE, WORKLOAD, sanitizer_env
 
 
@@ -53,7 +52,7 @@ class Node:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-                raise AssertionError(f"wl-node pid {self.proc.pid} ignored signal {sig}")
+                raise AssertionError(f"wl-node pid {self.proc.pid} ignored signal {sig}") from None
         return self.proc.returncode
 
 

@@ -9,7 +9,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import Node
 from wl_support import LISTEN_RE, sanitizer_env
 

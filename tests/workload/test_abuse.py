@@ -10,10 +10,9 @@ import socket
 import time
 
 import pytest
-
+import wl_wire as wire
 from wl_probe import MIB, ask, connect, forward_request, status_kib
 from wl_support import SANITIZER_ENV
-import wl_wire as wire
 
 # ASan keeps 256 MiB of freed memory in quarantine by default, which would
 # show up as RSS; a small quarantine makes RSS reflect what the node holds.

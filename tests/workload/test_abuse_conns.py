@@ -12,10 +12,9 @@ import subprocess
 import time
 
 import pytest
-
+import wl_wire as wire
 from wl_probe import ask, connect, forward_request, open_fds
 from wl_support import LISTEN_RE, sanitizer_env
-import wl_wire as wire
 
 
 def test_connections_over_the_cap_are_closed_and_counted(start_node):

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from dw_support import free_port, run
 from wl_support import sanitizer_env
 

@@ -7,7 +7,6 @@ import math
 import subprocess
 
 import pytest
-
 from wl_support import sanitizer_env
 
 N = 200_000

@@ -13,7 +13,6 @@ import re
 import shlex
 
 import pytest
-
 from dw_support import DW_PORTS, dw_node, free_port, localize, run  # noqa: F401 (dw_node is a fixture)
 
 pytestmark = pytest.mark.timing  # latencies of COMPUTE chains on a shared box

@@ -12,7 +12,6 @@ import shlex
 import socket
 
 import pytest
-
 from dw_support import DW_PORTS, dw_node, free_port, run  # noqa: F401 (dw_node is a fixture)
 
 # (script, node options, what the node's announcement or threads must show)

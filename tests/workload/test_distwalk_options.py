@@ -17,7 +17,6 @@ import threading
 import time
 
 import pytest
-
 from dw_support import dw_node, free_port, run  # noqa: F401 (dw_node is a fixture)
 from wl_support import LISTEN_RE, read_records, sanitizer_env
 

@@ -12,9 +12,8 @@ import threading
 import time
 
 import pytest
-
-from wl_support import read_records, sanitizer_env
 import wl_wire as wire
+from wl_support import read_records, sanitizer_env
 
 pytestmark = pytest.mark.timing  # segments per reply depend on when the sender runs
 

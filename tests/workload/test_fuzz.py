@@ -3,8 +3,8 @@ defence), seeded with valid requests from the independent Python encoder."""
 
 import subprocess
 
-from wl_support import WORKLOAD
 import wl_wire as wire
+from wl_support import WORKLOAD
 
 
 def seeds():

@@ -10,7 +10,6 @@ import subprocess
 import time
 
 import pytest
-
 from wl_support import sanitizer_env
 
 pytestmark = pytest.mark.timing  # spinner threads seen within a wait

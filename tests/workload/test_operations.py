@@ -4,9 +4,8 @@ import json
 import socket
 
 import pytest
-
-from wl_support import read_records
 import wl_wire as wire
+from wl_support import read_records
 
 pytestmark = pytest.mark.timing  # compute and chain times
 

@@ -11,7 +11,6 @@ but does not change the rate it offers)."""
 import statistics
 
 import pytest
-
 from wl_support import read_records
 
 pytestmark = pytest.mark.timing  # request rates and send lateness

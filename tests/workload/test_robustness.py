@@ -11,9 +11,8 @@ import subprocess
 import time
 
 import pytest
-
-from wl_support import sanitizer_env
 import wl_wire as wire
+from wl_support import sanitizer_env
 
 GOOD = wire.request(wire.chain(wire.op_compute(0)), req_id=5)
 

@@ -9,7 +9,6 @@ import re
 import subprocess
 
 import pytest
-
 from wl_support import sanitizer_env
 
 pytestmark = pytest.mark.timing  # a deadline task's runtime is enforced

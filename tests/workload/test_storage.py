@@ -4,13 +4,12 @@ by the node's counter and by strace), O_DIRECT, and offset wrap-around."""
 import os
 import pathlib
 import re
-import signal
 import shutil
+import signal
 import subprocess
 import time
 
 import pytest
-
 from wl_support import LISTEN_RE, sanitizer_env
 
 pytestmark = pytest.mark.timing  # sync against nosync store times

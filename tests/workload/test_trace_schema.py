@@ -92,7 +92,7 @@ def test_spans_name_every_process_op_and_parent(binaries, start_node, tmp_path):
                                 ("slow-1", "serve"), ("slow-1", "compute")])
 
         def one(inst, name):
-            found = [s for i, s in spans if i == inst and s["name"] == name]
+            found = [s for i, s in spans if i == inst and s["name"] == name]  # noqa: B023 - called in this iteration
             assert len(found) == 1, (inst, name, found)
             return found[0]
 

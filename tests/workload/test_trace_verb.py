@@ -14,10 +14,10 @@ import subprocess
 import sys
 
 import numpy as np
+from wl_support import sanitizer_env
 
 from collapsar.tracing.critical import critical_paths
 from collapsar.tracing.load import read_spans, span_files
-from wl_support import sanitizer_env
 
 REQUESTS = 30
 

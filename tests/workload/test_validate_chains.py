@@ -12,11 +12,10 @@ import sys
 import textwrap
 
 import pytest
+from wl_support import ROOT, SANITIZER_ENV, WORKLOAD
 
 from collapsar.chaincheck import check_chains, workload_services
 from collapsar.parser import parse_file, parse_text
-
-from wl_support import ROOT, SANITIZER_ENV, WORKLOAD
 
 EXAMPLES = sorted((ROOT / "topologies").glob("*.yaml"))
 
