@@ -23,11 +23,11 @@ import sys
 
 import numpy as np
 import pytest
-
 import wl_otlp
+from wl_support import sanitizer_env
+
 from collapsar.tracing.critical import NETWORK, REPLY_WAIT, WAIT, critical_paths
 from collapsar.tracing.load import read_spans, span_files
-from wl_support import sanitizer_env
 
 PAIRS = 2
 PER_PAIR = 15
