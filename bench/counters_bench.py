@@ -44,8 +44,7 @@ class Namespaces:
         for ns in (self.src, self.dst):
             sh("ip", "netns", "add", ns)
             self.made.append(ns)
-        sh("ip", "link", "add", "veth0", "netns", self.src, "type", "veth", "peer", "name", "veth1",
-           "netns", self.dst)
+        sh("ip", "link", "add", "veth0", "netns", self.src, "type", "veth", "peer", "name", "veth1", "netns", self.dst)
         sh("ip", "link", "set", "veth0", "up", ns=self.src)
         sh("ip", "link", "set", "veth1", "up", ns=self.dst)
         sh("ip", "addr", "add", "10.199.0.1/16", "dev", "veth0", ns=self.src)
@@ -59,8 +58,10 @@ class Namespaces:
 
     def send(self, n: int) -> None:
         dsts = [f"10.200.{i // 250}.{i % 250 + 1}" for i in range(n)]
-        code = ("import socket,sys\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
-                "for ip in sys.argv[1:]: s.sendto(b'x',(ip,9))")
+        code = (
+            "import socket,sys\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+            "for ip in sys.argv[1:]: s.sendto(b'x',(ip,9))"
+        )
         sh(sys.executable, "-c", code, *dsts, ns=self.src)
 
 
@@ -81,9 +82,13 @@ def bench_reads(nss: Namespaces, reads: int) -> list[dict]:
             got = len(c.read())
             if got != n:
                 raise SystemExit(f"expected {n} destinations in the map, read {got}")
-            rows.append({"destinations": n,
-                         "read_dict_us": median_us(c.read, reads),
-                         "read_array_us": median_us(c.read_array, reads)})
+            rows.append(
+                {
+                    "destinations": n,
+                    "read_dict_us": median_us(c.read, reads),
+                    "read_array_us": median_us(c.read_array, reads),
+                }
+            )
     return rows
 
 
@@ -98,8 +103,7 @@ def bench_attach(nss: Namespaces, attaches: int) -> dict:
         t2 = time.perf_counter()
         attach_ms.append((t1 - t0) * 1000)
         detach_ms.append((t2 - t1) * 1000)
-    return {"attach_ms": statistics.median(attach_ms), "detach_ms": statistics.median(detach_ms),
-            "cycles": attaches}
+    return {"attach_ms": statistics.median(attach_ms), "detach_ms": statistics.median(detach_ms), "cycles": attaches}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,8 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         print("counters_bench needs root (CAP_BPF, CAP_NET_ADMIN)", file=sys.stderr)
         return 3
     with Namespaces() as nss:
-        result = {"reads": bench_reads(nss, args.reads), "attach": bench_attach(nss, args.attaches),
-                  "kernel": os.uname().release}
+        result = {
+            "reads": bench_reads(nss, args.reads),
+            "attach": bench_attach(nss, args.attaches),
+            "kernel": os.uname().release,
+        }
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -122,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     for row in result["reads"]:
         print(f"{row['destinations']:>12}  {row['read_dict_us']:>10.1f}  {row['read_array_us']:>15.1f}")
     a = result["attach"]
-    print(f"attach (load + verify + tc filter): {a['attach_ms']:.2f} ms, "
-          f"detach: {a['detach_ms']:.2f} ms (median of {a['cycles']})")
+    print(
+        f"attach (load + verify + tc filter): {a['attach_ms']:.2f} ms, "
+        f"detach: {a['detach_ms']:.2f} ms (median of {a['cycles']})"
+    )
     return 0
 
 

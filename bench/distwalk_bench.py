@@ -66,8 +66,9 @@ def build_distwalk(src, build_dir):
     if not (target / "dw_node").exists() or not (target / "dw_client").exists():
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(pathlib.Path(src) / "src", target)
-        subprocess.run(["make", "-C", str(target), "-j2", "dw_node", "dw_client"], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["make", "-C", str(target), "-j2", "dw_node", "dw_client"], check=True, stdout=subprocess.DEVNULL
+        )
     return target
 
 
@@ -154,16 +155,34 @@ def one_run(tool, case, seconds, workdir):
         n = int(rate * seconds)
         out = workdir / f"{tool.name}-{case}.csv"
         out.unlink(missing_ok=True)
-        cmd = [*PRIO, "taskset", "-c", CLIENT_CPU, str(tool.client), "--to", tool.target(nodes[0][1]), *ops,
-               "-r", str(rate), "-n", str(n), "-o", str(out)]
+        cmd = [
+            *PRIO,
+            "taskset",
+            "-c",
+            CLIENT_CPU,
+            str(tool.client),
+            "--to",
+            tool.target(nodes[0][1]),
+            *ops,
+            "-r",
+            str(rate),
+            "-n",
+            str(n),
+            "-o",
+            str(out),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 10 + 60, cwd=workdir)
         if done.returncode != 0:
             raise RuntimeError(f"{tool.name} client exited {done.returncode}: {done.stderr[-2000:]}")
         lat = sorted(read_latencies(tool, out))
         if len(lat) < 0.99 * n:
             raise RuntimeError(f"{tool.name} {case}: {len(lat)} replies of {n}")
-        return {"p50": nearest_rank(lat, 0.50), "p99": nearest_rank(lat, 0.99), "replies": len(lat),
-                "load": os.getloadavg()[0]}
+        return {
+            "p50": nearest_rank(lat, 0.50),
+            "p99": nearest_rank(lat, 0.99),
+            "replies": len(lat),
+            "load": os.getloadavg()[0],
+        }
     finally:
         for proc, _ in nodes:
             stop(proc)
@@ -176,8 +195,11 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--rt", action="store_true",
-                    help="nodes and clients of both tools as SCHED_FIFO 10: CFS neighbours cannot delay them")
+    ap.add_argument(
+        "--rt",
+        action="store_true",
+        help="nodes and clients of both tools as SCHED_FIFO 10: CFS neighbours cannot delay them",
+    )
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.rt:
@@ -187,8 +209,10 @@ def main():
         if c not in CASES:
             sys.exit(f"--cases: unknown case '{c}' (expected some of {', '.join(CASES)})")
     dw_src = build_distwalk(args.distwalk, args.build_dir)
-    tools = [Tool("wl", WL_BUILD / "wl-node", WL_BUILD / "wl-client"),
-             Tool("dw", dw_src / "dw_node", dw_src / "dw_client")]
+    tools = [
+        Tool("wl", WL_BUILD / "wl-node", WL_BUILD / "wl-client"),
+        Tool("dw", dw_src / "dw_node", dw_src / "dw_client"),
+    ]
     for t in tools:
         for b in (t.node, t.client):
             if not b.exists():
@@ -202,21 +226,33 @@ def main():
                 for tool in order:
                     r = one_run(tool, case, args.seconds, workdir)
                     results[case][tool.name].append(r)
-                    print(f"run {run + 1} {case:>7} {tool.name}: p50 {r['p50']} us, p99 {r['p99']} us "
-                          f"(load {r['load']:.2f})", file=sys.stderr)
+                    print(
+                        f"run {run + 1} {case:>7} {tool.name}: p50 {r['p50']} us, p99 {r['p99']} us "
+                        f"(load {r['load']:.2f})",
+                        file=sys.stderr,
+                    )
     report = {}
     print("| case | wl p50 | dw p50 | p50 wl/dw | wl p99 | dw p99 | p99 wl/dw | load avg |")
     print("|---|---|---|---|---|---|---|---|")
     for case in cases:
-        fig = {name: {k: statistics.median(r[k] for r in runs) for k in ("p50", "p99")}
-               for name, runs in results[case].items()}
+        fig = {
+            name: {k: statistics.median(r[k] for r in runs) for k in ("p50", "p99")}
+            for name, runs in results[case].items()
+        }
         loads = [r["load"] for runs in results[case].values() for r in runs]
         ratio = {k: fig["wl"][k] / fig["dw"][k] for k in ("p50", "p99")}
-        report[case] = {"wl": fig["wl"], "dw": fig["dw"], "ratio": ratio, "runs": results[case],
-                        "load_avg": [round(min(loads), 2), round(max(loads), 2)]}
-        print(f"| {case} | {fig['wl']['p50']} us | {fig['dw']['p50']} us | {ratio['p50']:.3f} | "
-              f"{fig['wl']['p99']} us | {fig['dw']['p99']} us | {ratio['p99']:.3f} | "
-              f"{min(loads):.2f}-{max(loads):.2f} |")
+        report[case] = {
+            "wl": fig["wl"],
+            "dw": fig["dw"],
+            "ratio": ratio,
+            "runs": results[case],
+            "load_avg": [round(min(loads), 2), round(max(loads), 2)],
+        }
+        print(
+            f"| {case} | {fig['wl']['p50']} us | {fig['dw']['p50']} us | {ratio['p50']:.3f} | "
+            f"{fig['wl']['p99']} us | {fig['dw']['p99']} us | {ratio['p99']:.3f} | "
+            f"{min(loads):.2f}-{max(loads):.2f} |"
+        )
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
 

@@ -66,8 +66,10 @@ def wait(what: str, predicate, timeout_s: float) -> float:
 
 def gone(experiment: str) -> bool:
     label = f"label=org.collapsar.experiment={experiment}"
-    return not (sh("docker", "ps", "-aq", "--filter", label).split()
-                or sh("docker", "network", "ls", "-q", "--filter", label).split())
+    return not (
+        sh("docker", "ps", "-aq", "--filter", label).split()
+        or sh("docker", "network", "ls", "-q", "--filter", label).split()
+    )
 
 
 def remove_stack(name: str, experiment: str) -> None:
@@ -87,8 +89,9 @@ def one_run(n: int, index: int, workdir: Path) -> dict:
     topo.write_text(topology(n))
     stack_file = workdir / f"bench{n}.yml"
     sh(*CLI, "generate", str(topo), "--swarm", "-o", str(stack_file))
-    experiment = next(line.split()[2].rstrip(":") for line in stack_file.read_text().splitlines()
-                      if line.startswith("# experiment "))
+    experiment = next(
+        line.split()[2].rstrip(":") for line in stack_file.read_text().splitlines() if line.startswith("# experiment ")
+    )
     name = f"cxbench{n}r{index}"
     began = time.monotonic()
     sh("docker", "stack", "deploy", "-c", str(stack_file), name)
@@ -126,8 +129,11 @@ def main() -> int:
             for n in args.sizes:
                 results.append(one_run(n, index, Path(tmp)))
                 if not args.json:
-                    print(f"  run {index + 1}: {n} services: shaped {results[-1]['deploy_to_shaped_s']:.1f} s "
-                          f"after deploy, removed in {results[-1]['removal_s']:.1f} s", flush=True)
+                    print(
+                        f"  run {index + 1}: {n} services: shaped {results[-1]['deploy_to_shaped_s']:.1f} s "
+                        f"after deploy, removed in {results[-1]['removal_s']:.1f} s",
+                        flush=True,
+                    )
     summary = {"load_average": os.getloadavg(), "images_bytes": image_sizes(), "cases": {}}
     for n in args.sizes:
         times = [r["deploy_to_shaped_s"] for r in results if r["services"] == n]

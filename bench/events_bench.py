@@ -43,38 +43,47 @@ IDLE = [f"p{i}" for i in range(1, 9)]
 
 
 def topology() -> str:
-    lines = ["experiment: {name: events-bench}", "services:",
-             "  srv: {command: [iperf3, -s, -1, -p, '5201']}",
-             "  cli: {command: [sh, -c, 'sleep 0.3; iperf3 -c srv -p 5201 -t 9 > /dev/null']}",
-             "  late: {command: [sleep, '60'], replicas: 0}",
-             "  spare: {command: [sleep, '60']}"]
+    lines = [
+        "experiment: {name: events-bench}",
+        "services:",
+        "  srv: {command: [iperf3, -s, -1, -p, '5201']}",
+        "  cli: {command: [sh, -c, 'sleep 0.3; iperf3 -c srv -p 5201 -t 9 > /dev/null']}",
+        "  late: {command: [sleep, '60'], replicas: 0}",
+        "  spare: {command: [sleep, '60']}",
+    ]
     lines += [f"  {p}: {{command: [sleep, '60']}}" for p in IDLE]
-    lines += ["bridges: [sw1, sw2]", "links:",
-              "  - {from: sw1, to: sw2, bandwidth: 200Mbps}",
-              "  - {from: cli, to: sw1, bandwidth: 100Mbps}",
-              "  - {from: srv, to: sw2, bandwidth: 100Mbps}",
-              "  - {from: late, to: sw1, bandwidth: 100Mbps}",
-              "  - {from: spare, to: sw2, bandwidth: 100Mbps}"]
-    lines += [f"  - {{from: {p}, to: {'sw1' if i % 2 else 'sw2'}, bandwidth: 100Mbps}}"
-              for i, p in enumerate(IDLE)]
+    lines += [
+        "bridges: [sw1, sw2]",
+        "links:",
+        "  - {from: sw1, to: sw2, bandwidth: 200Mbps}",
+        "  - {from: cli, to: sw1, bandwidth: 100Mbps}",
+        "  - {from: srv, to: sw2, bandwidth: 100Mbps}",
+        "  - {from: late, to: sw1, bandwidth: 100Mbps}",
+        "  - {from: spare, to: sw2, bandwidth: 100Mbps}",
+    ]
+    lines += [f"  - {{from: {p}, to: {'sw1' if i % 2 else 'sw2'}, bandwidth: 100Mbps}}" for i, p in enumerate(IDLE)]
     lines.append("events:")
     events = []
     t = 1000
     for i in range(4):
         a, b = IDLE[2 * i], IDLE[2 * i + 1]
-        events += [f"{{at: {t}ms, link: [sw1, sw2], set: {{bandwidth: {150 - 20 * i}Mbps}}}}",
-                   f"{{at: {t + 200}ms, service: {a}, action: disconnect}}",
-                   f"{{at: {t + 400}ms, service: {a}, action: reconnect}}",
-                   f"{{at: {t + 600}ms, link: [{b}, {'sw1' if (2 * i + 1) % 2 else 'sw2'}], set: "
-                   f"{{bandwidth: {50 + 10 * i}Mbps}}}}",
-                   f"{{at: {t + 800}ms, partition: [[{a}], [srv, cli]], until: {t + 1400}ms}}"]
+        events += [
+            f"{{at: {t}ms, link: [sw1, sw2], set: {{bandwidth: {150 - 20 * i}Mbps}}}}",
+            f"{{at: {t + 200}ms, service: {a}, action: disconnect}}",
+            f"{{at: {t + 400}ms, service: {a}, action: reconnect}}",
+            f"{{at: {t + 600}ms, link: [{b}, {'sw1' if (2 * i + 1) % 2 else 'sw2'}], set: "
+            f"{{bandwidth: {50 + 10 * i}Mbps}}}}",
+            f"{{at: {t + 800}ms, partition: [[{a}], [srv, cli]], until: {t + 1400}ms}}",
+        ]
         t += 1600
-    events += ["{at: 1100ms, service: late, action: join, amount: 1}",
-               "{at: 2300ms, service: spare, action: crash}",
-               "{at: 3500ms, service: late, action: leave}",
-               "{at: 4700ms, service: spare, action: join}",
-               "{at: 5900ms, link: [late, sw1], action: leave}",
-               "{at: 7100ms, link: [late, sw1], action: join}"]
+    events += [
+        "{at: 1100ms, service: late, action: join, amount: 1}",
+        "{at: 2300ms, service: spare, action: crash}",
+        "{at: 3500ms, service: late, action: leave}",
+        "{at: 4700ms, service: spare, action: join}",
+        "{at: 5900ms, link: [late, sw1], action: leave}",
+        "{at: 7100ms, link: [late, sw1], action: join}",
+    ]
     lines += [f"  - {e}" for e in events]
     return "\n".join(lines) + "\n"
 
@@ -83,10 +92,28 @@ def one_run(workdir: Path, keep_awake: str) -> dict[str, list[int]]:
     path = workdir / "events.yaml"
     path.write_text(topology())
     with HostTimer() as timer:
-        proc = subprocess.run([*CLI, "run", str(path), "--duration", "10s", "--subnet", "10.79.0.0/24",
-                               "--run-dir", str(workdir / "runs"), "--grace", "0.5s", "--status-port", "-1",
-                               "--keep-awake", keep_awake],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [
+                *CLI,
+                "run",
+                str(path),
+                "--duration",
+                "10s",
+                "--subnet",
+                "10.79.0.0/24",
+                "--run-dir",
+                str(workdir / "runs"),
+                "--grace",
+                "0.5s",
+                "--status-port",
+                "-1",
+                "--keep-awake",
+                keep_awake,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     if proc.returncode != 0:
         raise SystemExit(f"collapsar run failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
     run_id = proc.stdout.split(":", 1)[0].split()[1]
@@ -94,10 +121,13 @@ def one_run(workdir: Path, keep_awake: str) -> dict[str, list[int]]:
     bad = [e for e in log if e["error"]]
     if bad:
         raise SystemExit(f"a step failed: {bad[0]}")
-    figures = {"lateness": [e["lateness_us"] for e in log],
-               "wake": [e["started_us"] - e["scheduled_us"] for e in log],
-               "apply": [e["applied_us"] - e["started_us"] for e in log],
-               "host_p99": [timer.result.p99_us], "host_max": [timer.result.max_us]}
+    figures = {
+        "lateness": [e["lateness_us"] for e in log],
+        "wake": [e["started_us"] - e["scheduled_us"] for e in log],
+        "apply": [e["applied_us"] - e["started_us"] for e in log],
+        "host_p99": [timer.result.p99_us],
+        "host_max": [timer.result.max_us],
+    }
     if all(e.get("prepared_us") is not None for e in log):  # runs before prepared steps had none
         # Negative: prepared ahead by that much (min: the closest call).
         figures["prepare"] = [e["prepared_us"] - e["scheduled_us"] for e in log]
@@ -117,8 +147,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--hogs", type=int, default=0, help="busy processes to run meanwhile")
-    parser.add_argument("--keep-awake", choices=("auto", "on", "off"), default="auto",
-                        help="passed to collapsar run")
+    parser.add_argument("--keep-awake", choices=("auto", "on", "off"), default="auto", help="passed to collapsar run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.repeat < 1 or args.hogs < 0:
@@ -135,12 +164,14 @@ def main() -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"{result['runs']} runs of {result['steps_per_run']} steps, {args.hogs} busy processes; "
-          "medians over runs of each run's p50 / p99 / max (us):")
-    for key in [k for k in ("lateness", "wake", "apply", "prepare", "host_p99", "host_max")
-                if f"{k}_p50_us" in result]:
-        print(f"  {key:9s} {result[f'{key}_p50_us']:8.0f} {result[f'{key}_p99_us']:8.0f} "
-              f"{result[f'{key}_max_us']:8.0f}")
+    print(
+        f"{result['runs']} runs of {result['steps_per_run']} steps, {args.hogs} busy processes; "
+        "medians over runs of each run's p50 / p99 / max (us):"
+    )
+    for key in [k for k in ("lateness", "wake", "apply", "prepare", "host_p99", "host_max") if f"{k}_p50_us" in result]:
+        print(
+            f"  {key:9s} {result[f'{key}_p50_us']:8.0f} {result[f'{key}_p99_us']:8.0f} {result[f'{key}_max_us']:8.0f}"
+        )
     print(f"  worst lateness of all runs: {result['lateness_max_of_all_us']} us")
     return 0
 

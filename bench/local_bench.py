@@ -45,9 +45,22 @@ def one_run(n: int, steady_s: float, workdir: Path) -> dict:
     path = workdir / f"bench-{n}.yaml"
     path.write_text(topology(n))
     began = time.monotonic()
-    proc = subprocess.Popen([*CLI, "run", str(path), "--duration", f"{int(steady_s + 600)}s",
-                             "--run-dir", str(workdir / "runs"), "--status-port", "-1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            str(path),
+            "--duration",
+            f"{int(steady_s + 600)}s",
+            "--run-dir",
+            str(workdir / "runs"),
+            "--status-port",
+            "-1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     up_s = reported_ms = counters_s = None
     # With sharing (the default) the commands start once the counters are
     # attached, so "counters attached" comes first; without, it comes after.
@@ -72,9 +85,14 @@ def one_run(n: int, steady_s: float, workdir: Path) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"run of {n} instances ended with {proc.returncode}: {err}")
     cpu_per_instance_s = (cpu1 - cpu0) / (t1 - t0) / n
-    return {"instances": n, "up_s": up_s, "manager_up_ms": reported_ms, "counters_s": counters_s,
-            "teardown_s": down_s,
-            "cpu_ms_per_instance_s": cpu_per_instance_s * 1000}
+    return {
+        "instances": n,
+        "up_s": up_s,
+        "manager_up_ms": reported_ms,
+        "counters_s": counters_s,
+        "teardown_s": down_s,
+        "cpu_ms_per_instance_s": cpu_per_instance_s * 1000,
+    }
 
 
 def main() -> int:
@@ -90,16 +108,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="cx-bench-") as tmp:
         for n in args.sizes:
             runs = [one_run(n, args.steady, Path(tmp)) for _ in range(args.repeat)]
-            rows.append({key: (statistics.median(r[key] for r in runs) if key != "instances" else n)
-                         for key in runs[0]} | {"runs": args.repeat})
+            rows.append(
+                {key: (statistics.median(r[key] for r in runs) if key != "instances" else n) for key in runs[0]}
+                | {"runs": args.repeat}
+            )
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'instances':>9} {'to all up (s)':>14} {'manager up (ms)':>16} {'counters (s)':>13} "
-          f"{'teardown (s)':>13} {'CPU ms/instance/s':>18}   (medians of {args.repeat})")
+    print(
+        f"{'instances':>9} {'to all up (s)':>14} {'manager up (ms)':>16} {'counters (s)':>13} "
+        f"{'teardown (s)':>13} {'CPU ms/instance/s':>18}   (medians of {args.repeat})"
+    )
     for r in rows:
-        print(f"{r['instances']:>9} {r['up_s']:>14.2f} {r['manager_up_ms']:>16.0f} {r['counters_s']:>13.2f} "
-              f"{r['teardown_s']:>13.2f} {r['cpu_ms_per_instance_s']:>18.3f}")
+        print(
+            f"{r['instances']:>9} {r['up_s']:>14.2f} {r['manager_up_ms']:>16.0f} {r['counters_s']:>13.2f} "
+            f"{r['teardown_s']:>13.2f} {r['cpu_ms_per_instance_s']:>18.3f}"
+        )
     return 0
 
 

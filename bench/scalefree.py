@@ -38,8 +38,7 @@ def _link(rng: random.Random, a: str, b: str, core: bool) -> str:
     # The parser rejects jitter above the latency (delays would clip at zero).
     jitter = f", jitter: {latency_us // rng.randint(2, 10)}us" if rng.random() < 0.2 else ""
     loss = f", loss: {rng.randint(1, 10) / 100}%" if rng.random() < 0.1 else ""
-    return (f"  - {{from: {a}, to: {b}, latency: {latency_us}us{jitter}{loss}, "
-            f"bandwidth: {rate}Mbps}}")
+    return f"  - {{from: {a}, to: {b}, latency: {latency_us}us{jitter}{loss}, bandwidth: {rate}Mbps}}"
 
 
 def generate(elements: int, seed: int = 1, events: int = 20) -> str:
@@ -50,8 +49,7 @@ def generate(elements: int, seed: int = 1, events: int = 20) -> str:
     bridge_count = elements // 3
     bridges = [f"b{i}" for i in range(bridge_count)]
     services = [f"s{i}" for i in range(elements - bridge_count)]
-    core: list[tuple[str, str]] = [(bridges[0], bridges[1]), (bridges[1], bridges[2]),
-                                   (bridges[0], bridges[2])]
+    core: list[tuple[str, str]] = [(bridges[0], bridges[1]), (bridges[1], bridges[2]), (bridges[0], bridges[2])]
     weighted = [end for pair in core for end in pair]
     for bridge in bridges[3:]:
         first = _pick(rng, weighted, set())
@@ -74,8 +72,7 @@ def generate(elements: int, seed: int = 1, events: int = 20) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _events(rng: random.Random, core: list[tuple[str, str]], bridges: list[str],
-            count: int) -> list[str]:
+def _events(rng: random.Random, core: list[tuple[str, str]], bridges: list[str], count: int) -> list[str]:
     present = list(core)
     linked = {frozenset(pair) for pair in core}
     gone: list[tuple[str, str]] = []
@@ -84,9 +81,11 @@ def _events(rng: random.Random, core: list[tuple[str, str]], bridges: list[str],
         kind = _KINDS[(second - 1) % 3]
         if kind == "set":
             a, b = rng.choice(present)
-            lines.append(f"  - {{at: {second}s, link: [{a}, {b}], set: "
-                         f"{{latency: {rng.randint(200, 8000)}us, "
-                         f"bandwidth: {rng.choice((50, 500, 5000))}Mbps}}}}")
+            lines.append(
+                f"  - {{at: {second}s, link: [{a}, {b}], set: "
+                f"{{latency: {rng.randint(200, 8000)}us, "
+                f"bandwidth: {rng.choice((50, 500, 5000))}Mbps}}}}"
+            )
         elif kind == "leave":
             pair = present.pop(rng.randrange(len(present)))
             gone.append(pair)
@@ -102,8 +101,10 @@ def _events(rng: random.Random, core: list[tuple[str, str]], bridges: list[str],
                     break
             linked.add(frozenset((a, b)))
             present.append((a, b))
-            lines.append(f"  - {{at: {second}s, link: [{a}, {b}], action: join, "
-                         f"latency: {rng.randint(200, 5000)}us, bandwidth: 1Gbps}}")
+            lines.append(
+                f"  - {{at: {second}s, link: [{a}, {b}], action: join, "
+                f"latency: {rng.randint(200, 5000)}us, bandwidth: 1Gbps}}"
+            )
     return lines
 
 

@@ -70,12 +70,12 @@ def tree_flows(n_flows: int, rng: random.Random):
     links = {}
     clients, servers = 500, 100
     for c in range(clients):
-        links[c] = rng.choice([10 * M, 100 * M])          # client access links
+        links[c] = rng.choice([10 * M, 100 * M])  # client access links
     for s in range(servers):
-        links[clients + s] = 1000 * M                     # server access links
+        links[clients + s] = 1000 * M  # server access links
     edge = clients + servers
     for e in range(20):
-        links[edge + e] = 1000 * M                        # edge uplinks
+        links[edge + e] = 1000 * M  # edge uplinks
     core = edge + 20
     for k in range(4):
         links[core + k] = rng.choice([400 * M, 1000 * M])
@@ -89,8 +89,16 @@ def tree_flows(n_flows: int, rng: random.Random):
 
 def random_flows(n_flows: int, rng: random.Random):
     links = {i: rng.choice([10 * M, 50 * M, 100 * M, 1000 * M]) for i in range(400)}
-    flows = [Flow(i, tuple(rng.sample(range(400), rng.randint(2, 6))), rng.randint(1, 200) * 1000,
-                  rng.choice([None, 100 * M]), rng.randint(1, 200) * M) for i in range(n_flows)]
+    flows = [
+        Flow(
+            i,
+            tuple(rng.sample(range(400), rng.randint(2, 6))),
+            rng.randint(1, 200) * 1000,
+            rng.choice([None, 100 * M]),
+            rng.randint(1, 200) * M,
+        )
+        for i in range(n_flows)
+    ]
     return flows, links
 
 
@@ -99,7 +107,7 @@ def cpu_per_period(shape, n_flows=1000, runs=40, seed=1):
     codec = Codec(0xBE1C, max(links) + 1, instances=n_flows + 1, key=BENCH_KEY)
     # The flows arrive as messages of 50 flows each (one per remote core).
     reports = [FlowReport(f.link_ids, f.demand_bps) for f in flows]
-    wire = [codec.encode(Message(i, 1, tuple(reports[i:i + 50]))) for i in range(0, n_flows, 50)]
+    wire = [codec.encode(Message(i, 1, tuple(reports[i : i + 50]))) for i in range(0, n_flows, 50)]
     samples = []
     for run in range(runs + 3):
         start = time.process_time()
@@ -108,8 +116,10 @@ def cpu_per_period(shape, n_flows=1000, runs=40, seed=1):
         share(flows, links)
         if run >= 3:  # warm-up runs
             samples.append(time.process_time() - start)
-    return {"median_ms": round(1e3 * statistics.median(samples), 2),
-            "p90_ms": round(1e3 * sorted(samples)[int(0.9 * len(samples))], 2)}
+    return {
+        "median_ms": round(1e3 * statistics.median(samples), 2),
+        "p90_ms": round(1e3 * sorted(samples)[int(0.9 * len(samples))], 2),
+    }
 
 
 def wire_bytes(payload: int) -> int:
@@ -125,8 +135,10 @@ def metadata_rate(n_instances, hosts=4, pattern="pairs", noise=0.03, seconds=5, 
         half = n_instances // 2
         flows = {c: [(c, 2 * n_instances, half + c)] for c in range(half)}
     else:
-        flows = {s: [(s, 2 * n_instances + (s + d) % n_instances, n_instances + d)
-                     for d in range(n_instances) if d != s] for s in range(n_instances)}
+        flows = {
+            s: [(s, 2 * n_instances + (s + d) % n_instances, n_instances + d) for d in range(n_instances) if d != s]
+            for s in range(n_instances)
+        }
     base = {s: {links: rng.randint(5, 50) * M for links in paths} for s, paths in flows.items()}
     policies = {s: SendPolicy() for s in flows}
     payload = wire = 0
@@ -186,16 +198,18 @@ def manager_cpu_per_period(runs=40):
             path = remote.cores[src].configured()[dst]
             rate = int(40 * M * (1 + 0.2 * ((period + hash(dst)) % 3)))
             reports.setdefault(src, []).append(FlowReport(path.link_ids, rate, period % 2 == 0))
-        Wire.inbox = [remote.codec.encode(Message(remote.sender_ids[s], period, tuple(r)))
-                      for s, r in reports.items()]
+        Wire.inbox = [remote.codec.encode(Message(remote.sender_ids[s], period, tuple(r))) for s, r in reports.items()]
         counters = host.advance(0.05)
         start = time.process_time()
         loop.tick(int(period * 50e6), counters, state)
         if period > 3:
             samples.append(time.process_time() - start)
     flows = len(loop.last["flows"])
-    return {"flows": flows, "median_ms": round(1e3 * statistics.median(samples), 2),
-            "p90_ms": round(1e3 * sorted(samples)[int(0.9 * len(samples))], 2)}
+    return {
+        "flows": flows,
+        "median_ms": round(1e3 * statistics.median(samples), 2),
+        "p90_ms": round(1e3 * sorted(samples)[int(0.9 * len(samples))], 2),
+    }
 
 
 CONVERGENCE_TOPOLOGY = """\
@@ -218,10 +232,12 @@ links:
 def _settled(series, start, target, tolerance, hold=20, smooth=1):
     """Periods from `start` until the `smooth`-period moving average of
     `series` stays within `tolerance` of `target` for `hold` periods."""
-    avg = [sum(series[max(0, i - smooth + 1):i + 1]) / len(series[max(0, i - smooth + 1):i + 1])
-           for i in range(len(series))]
+    avg = [
+        sum(series[max(0, i - smooth + 1) : i + 1]) / len(series[max(0, i - smooth + 1) : i + 1])
+        for i in range(len(series))
+    ]
     for p in range(start, len(avg) - hold + 1):
-        if all(abs(x - target) <= tolerance * target for x in avg[p:p + hold]):
+        if all(abs(x - target) <= tolerance * target for x in avg[p : p + hold]):
             return p - start
     return None
 
@@ -234,9 +250,27 @@ def convergence_run(gain: float, link_mbps: int = 20, window: int | None = None)
         env = {**os.environ, "COLLAPSAR_SHARE_TRACE": str(trace), "COLLAPSAR_SHARE_INCREASE_GAIN": str(gain)}
         if window:
             env["COLLAPSAR_SHARE_WINDOW_PERIODS"] = str(window)
-        subprocess.run([sys.executable, "-m", "collapsar.cli", "run", str(topology), "--run-dir", tmp,
-                        "--subnet", "10.80.0.0/24", "--status-port", "-1", "--grace", "1s"],
-                       check=True, capture_output=True, env=env, timeout=120)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "collapsar.cli",
+                "run",
+                str(topology),
+                "--run-dir",
+                tmp,
+                "--subnet",
+                "10.80.0.0/24",
+                "--status-port",
+                "-1",
+                "--grace",
+                "1s",
+            ],
+            check=True,
+            capture_output=True,
+            env=env,
+            timeout=120,
+        )
         periods = [json.loads(line) for line in trace.read_text().splitlines()]
 
     def series(name, field, idle):
@@ -254,6 +288,7 @@ def convergence_run(gain: float, link_mbps: int = 20, window: int | None = None)
 
     def worst(*values):
         return None if None in values else max(values)
+
     # The model: both allowed rates at half the link (5%); the traffic: both
     # measured rates, averaged over 5 periods (TCP's own sawtooth), within 10%.
     result = {
@@ -264,9 +299,10 @@ def convergence_run(gain: float, link_mbps: int = 20, window: int | None = None)
     }
     # Oscillation: while both run and after the model settled, how often a's
     # allowed rate moved by more than 10% from one period to the next.
-    steady = allowed["a"][start + (result["start_model"] or 0):stop]
-    result["moves_per_s_shared"] = round(sum(1 for x, y in zip(steady, steady[1:]) if abs(y - x) > 0.1 * x)
-                                         / max(1, len(steady)) * PERIODS_PER_S, 2)
+    steady = allowed["a"][start + (result["start_model"] or 0) : stop]
+    result["moves_per_s_shared"] = round(
+        sum(1 for x, y in zip(steady, steady[1:]) if abs(y - x) > 0.1 * x) / max(1, len(steady)) * PERIODS_PER_S, 2
+    )
     return result
 
 
@@ -279,8 +315,9 @@ def convergence(variants=((0.25, 4), (0.5, 4), (1.0, 4), (0.5, 2)), repeats=3) -
     out = {}
     for (gain, window), results in runs.items():
         key = f"gain {gain}, window {window}"
-        out[key] = {key: statistics.median([r[key] if r[key] is not None else 999 for r in results])
-                          for key in results[0]}
+        out[key] = {
+            key: statistics.median([r[key] if r[key] is not None else 999 for r in results]) for key in results[0]
+        }
         out[key]["runs"] = results
     return out
 
@@ -305,10 +342,27 @@ def aeron_traffic_run(n_instances: int, noise: float, hosts: int = 4, seconds: f
         try:
             for k in range(hosts):
                 own = ",".join(names[k::hosts])
-                base = [sys.executable, "-m", "collapsar.manager.share_peer", str(topology), "--own", own,
-                        *wants, "--duration", "600", "--noise", str(noise)]
-                procs.append(subprocess.Popen(network.argv(k, base, f"{tmp}/aeron-{k}"),
-                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                base = [
+                    sys.executable,
+                    "-m",
+                    "collapsar.manager.share_peer",
+                    str(topology),
+                    "--own",
+                    own,
+                    *wants,
+                    "--duration",
+                    "600",
+                    "--noise",
+                    str(noise),
+                ]
+                procs.append(
+                    subprocess.Popen(
+                        network.argv(k, base, f"{tmp}/aeron-{k}"),
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                )
             for proc in procs:
                 proc.stdout.readline()  # {"driver_pid": ...}: this manager's Aeron is up
             time.sleep(2.0)  # publications connected, flows active
@@ -342,14 +396,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--hosts", type=int, default=4, help="hosts the instances spread over (default: 4)")
-    parser.add_argument("--noise", type=float, default=0.03,
-                        help="relative wobble of measured rates per period (default: 0.03)")
+    parser.add_argument(
+        "--noise", type=float, default=0.03, help="relative wobble of measured rates per period (default: 0.03)"
+    )
     parser.add_argument("--manager", action="store_true", help="only the ShareLoop CPU per period")
-    parser.add_argument("--convergence", action="store_true",
-                        help="only convergence in real runs (root; about 20 s per run)")
+    parser.add_argument(
+        "--convergence", action="store_true", help="only convergence in real runs (root; about 20 s per run)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs per gain for --convergence")
-    parser.add_argument("--aeron-traffic", action="store_true",
-                        help="only real Aeron metadata bytes per host (root; 4 managers in namespaces)")
+    parser.add_argument(
+        "--aeron-traffic",
+        action="store_true",
+        help="only real Aeron metadata bytes per host (root; 4 managers in namespaces)",
+    )
     args = parser.parse_args()
     if args.manager or args.convergence or args.aeron_traffic:
         result = {"load_average": os.getloadavg()}
@@ -364,9 +423,13 @@ def main() -> int:
     result = {
         "cpu_1000_flows": {"tree": cpu_per_period(tree_flows), "random_400_links": cpu_per_period(random_flows)},
         "metadata_per_host": {
-            f"{pattern}/{n}": {"steady": metadata_rate(n, args.hosts, pattern, args.noise),
-                               "changing_every_period": metadata_rate(n, args.hosts, pattern, 0.5)}
-            for pattern in ("pairs", "all") for n in (10, 40, 160)},
+            f"{pattern}/{n}": {
+                "steady": metadata_rate(n, args.hosts, pattern, args.noise),
+                "changing_every_period": metadata_rate(n, args.hosts, pattern, 0.5),
+            }
+            for pattern in ("pairs", "all")
+            for n in (10, 40, 160)
+        },
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -375,8 +438,10 @@ def main() -> int:
         print(f"CPU per period, 1000 flows, {shape}: median {figures['median_ms']} ms, p90 {figures['p90_ms']} ms")
     for key, figures in result["metadata_per_host"].items():
         steady, busy = figures["steady"], figures["changing_every_period"]
-        print(f"metadata per host, {key} instances on {args.hosts} hosts: steady {steady['wire_Bps'] / 1e3:.1f} kB/s "
-              f"(payload {steady['payload_Bps'] / 1e3:.1f}), changing every period {busy['wire_Bps'] / 1e3:.1f} kB/s")
+        print(
+            f"metadata per host, {key} instances on {args.hosts} hosts: steady {steady['wire_Bps'] / 1e3:.1f} kB/s "
+            f"(payload {steady['payload_Bps'] / 1e3:.1f}), changing every period {busy['wire_Bps'] / 1e3:.1f} kB/s"
+        )
     return 0
 
 

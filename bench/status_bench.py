@@ -50,11 +50,17 @@ while True:  # read everything, until the parent ends this process
 
 
 def snapshot(t_us: int) -> dict:
-    return {"t_us": t_us, "state": "running",
-            "instances": [{"name": f"node-{i}", "ip": f"10.77.0.{i + 2}", "status": "up",
-                           "network": "up", "pid": 1000 + i} for i in range(30)],
-            "throughput": [{"src": f"node-{i}", "dst": f"node-{i + 1}", "bytes": 10 ** 6 * i,
-                            "rate_bps": 8 * 10 ** 6} for i in range(29)]}
+    return {
+        "t_us": t_us,
+        "state": "running",
+        "instances": [
+            {"name": f"node-{i}", "ip": f"10.77.0.{i + 2}", "status": "up", "network": "up", "pid": 1000 + i}
+            for i in range(30)
+        ],
+        "throughput": [
+            {"src": f"node-{i}", "dst": f"node-{i + 1}", "bytes": 10**6 * i, "rate_bps": 8 * 10**6} for i in range(29)
+        ],
+    }
 
 
 def wakeups(count: int, period_ns: int) -> list[int]:
@@ -83,8 +89,9 @@ def one_round(streams: int, idle: int, seconds: float) -> str:
     board = StatusBoard()
     board.publish(snapshot(0))
     server = StatusServer(board, 0).start()
-    clients = subprocess.Popen([sys.executable, "-c", CLIENTS, str(server.port), str(streams), str(idle)],
-                               stdout=subprocess.PIPE, text=True)
+    clients = subprocess.Popen(
+        [sys.executable, "-c", CLIENTS, str(server.port), str(streams), str(idle)], stdout=subprocess.PIPE, text=True
+    )
     stop = threading.Event()
 
     def loop() -> None:
@@ -106,9 +113,11 @@ def one_round(streams: int, idle: int, seconds: float) -> str:
         board.close()
         server.stop()
     published = board.snapshot()[0]
-    return (f"streams {streams:3d} idle {idle:4d}: lateness p50 {percentile(late, 0.5):5d} p99 "
-            f"{percentile(late, 0.99):6d} max {max(late):6d} us; {board.encodings} encodings "
-            f"for {published} snapshots")
+    return (
+        f"streams {streams:3d} idle {idle:4d}: lateness p50 {percentile(late, 0.5):5d} p99 "
+        f"{percentile(late, 0.99):6d} max {max(late):6d} us; {board.encodings} encodings "
+        f"for {published} snapshots"
+    )
 
 
 def main() -> None:

@@ -40,12 +40,17 @@ class Pair:
     def __init__(self, tag: str):
         self.src, self.dst = f"cxbs{tag}", f"cxbd{tag}"
         self.dst_ip = "10.199.1.1"
-        cmds = [f"ip netns add {self.src}", f"ip netns add {self.dst}",
-                f"ip link add veth0 netns {self.src} type veth peer name veth1 netns {self.dst}",
-                f"ip -n {self.src} link set lo up", f"ip -n {self.dst} link set lo up",
-                f"ip -n {self.src} link set veth0 up", f"ip -n {self.dst} link set veth1 up",
-                f"ip -n {self.src} addr add 10.199.0.1/16 dev veth0",
-                f"ip -n {self.dst} addr add {self.dst_ip}/16 dev veth1"]
+        cmds = [
+            f"ip netns add {self.src}",
+            f"ip netns add {self.dst}",
+            f"ip link add veth0 netns {self.src} type veth peer name veth1 netns {self.dst}",
+            f"ip -n {self.src} link set lo up",
+            f"ip -n {self.dst} link set lo up",
+            f"ip -n {self.src} link set veth0 up",
+            f"ip -n {self.dst} link set veth1 up",
+            f"ip -n {self.src} addr add 10.199.0.1/16 dev veth0",
+            f"ip -n {self.dst} addr add {self.dst_ip}/16 dev veth1",
+        ]
         try:
             for cmd in cmds:
                 subprocess.run(cmd.split(), check=True, capture_output=True)
@@ -105,10 +110,13 @@ def change_and_setup_times(runs: int) -> dict:
             tree.teardown()
     finally:
         pair.close()
-    return {"setup_1000_ms": statistics.median(setup_s) * 1e3,
-            "change_1000_wall_ms": statistics.median(wall_s) * 1e3,
-            "change_1000_cpu_ms": statistics.median(cpu_s) * 1e3,
-            "change_runs": runs, "load_average_1min": os.getloadavg()[0]}
+    return {
+        "setup_1000_ms": statistics.median(setup_s) * 1e3,
+        "change_1000_wall_ms": statistics.median(wall_s) * 1e3,
+        "change_1000_cpu_ms": statistics.median(cpu_s) * 1e3,
+        "change_runs": runs,
+        "load_average_1min": os.getloadavg()[0],
+    }
 
 
 def main() -> int:
@@ -131,11 +139,15 @@ def main() -> int:
     if "goodput" in result:
         print(f"{'rate':>10} {'ideal Mbit/s':>13} {'ours':>9} {'error':>8} {'no overhead':>12} {'error':>8}")
         for r in result["goodput"]:
-            print(f"{r['rate_bps'] / 1e6:>6g} Mb/s {r['ideal_bps'] / 1e6:>13.3f} {r['ours_bps'] / 1e6:>9.3f} "
-                  f"{r['ours_error']:>+8.2%} {r['no_overhead_bps'] / 1e6:>12.3f} {r['no_overhead_error']:>+8.2%}")
+            print(
+                f"{r['rate_bps'] / 1e6:>6g} Mb/s {r['ideal_bps'] / 1e6:>13.3f} {r['ours_bps'] / 1e6:>9.3f} "
+                f"{r['ours_error']:>+8.2%} {r['no_overhead_bps'] / 1e6:>12.3f} {r['no_overhead_error']:>+8.2%}"
+            )
     t = result["timing"]
-    print(f"1000 class changes: {t['change_1000_wall_ms']:.1f} ms wall, {t['change_1000_cpu_ms']:.1f} ms CPU "
-          f"(median of {t['change_runs']}; load average {t['load_average_1min']:.1f})")
+    print(
+        f"1000 class changes: {t['change_1000_wall_ms']:.1f} ms wall, {t['change_1000_cpu_ms']:.1f} ms CPU "
+        f"(median of {t['change_runs']}; load average {t['load_average_1min']:.1f})"
+    )
     print(f"setup of 1000 destinations: {t['setup_1000_ms']:.0f} ms (median of 3)")
     return 0
 

@@ -56,14 +56,21 @@ def worker(elements: int, share: str, runs: int) -> dict:
         wall_s.append(wall2 - wall0)
     first = timeline.steps[0].state
     return {
-        "case": f"{elements}:{share}", "elements": elements, "share": share,
-        "bridges": len(experiment.bridges), "instances": len(first.instances),
-        "sources": len(first.sources), "links": len(first.links),
-        "pairs": int(first.exists().sum()), "steps": len(timeline.steps),
+        "case": f"{elements}:{share}",
+        "elements": elements,
+        "share": share,
+        "bridges": len(experiment.bridges),
+        "instances": len(first.instances),
+        "sources": len(first.sources),
+        "links": len(first.links),
+        "pairs": int(first.exists().sum()),
+        "steps": len(timeline.steps),
         "changed_after_t0": sum(len(step.changed) for step in timeline.steps[1:]),
         "runs": runs,
-        "parse_s": statistics.median(parse_s), "timeline_s": statistics.median(timeline_s),
-        "total_s": statistics.median(wall_s), "cpu_s": statistics.median(cpu_s),
+        "parse_s": statistics.median(parse_s),
+        "timeline_s": statistics.median(timeline_s),
+        "total_s": statistics.median(wall_s),
+        "cpu_s": statistics.median(cpu_s),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "baseline_rss_mib": baseline_kib / 1024,
     }
@@ -75,29 +82,43 @@ def run_case(case: str, runs: int) -> dict:
         raise SystemExit(f"case {case!r}: expected SHARE all or quarter")
     output = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--worker", elements, share, str(runs)],
-        check=True, capture_output=True, text=True).stdout
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     result = json.loads(output)
     result["target_s"] = TARGETS_S.get(case)
     return result
 
 
 def print_table(results: list[dict]) -> None:
-    header = ("case", "sources", "pairs", "parse s", "timeline s", "total s", "cpu s",
-              "peak MiB", "target")
+    header = ("case", "sources", "pairs", "parse s", "timeline s", "total s", "cpu s", "peak MiB", "target")
     rows = [header]
     for r in results:
-        target = "-" if r["target_s"] is None else (
-            f"<{r['target_s']:g}s " + ("ok" if r["total_s"] < r["target_s"] else "MISSED"))
-        rows.append((r["case"], str(r["sources"]), str(r["pairs"]), f"{r['parse_s']:.2f}",
-                     f"{r['timeline_s']:.2f}", f"{r['total_s']:.2f}", f"{r['cpu_s']:.2f}",
-                     f"{r['peak_rss_mib']:.0f}", target))
+        target = (
+            "-"
+            if r["target_s"] is None
+            else (f"<{r['target_s']:g}s " + ("ok" if r["total_s"] < r["target_s"] else "MISSED"))
+        )
+        rows.append(
+            (
+                r["case"],
+                str(r["sources"]),
+                str(r["pairs"]),
+                f"{r['parse_s']:.2f}",
+                f"{r['timeline_s']:.2f}",
+                f"{r['total_s']:.2f}",
+                f"{r['cpu_s']:.2f}",
+                f"{r['peak_rss_mib']:.0f}",
+                target,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:
         print("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
     runs = results[0]["runs"] if results else 0
     load = os.getloadavg()[0]
-    print(f"median of {runs} runs; 20 link events; load average {load:.1f} on "
-          f"{os.cpu_count()} CPUs")
+    print(f"median of {runs} runs; 20 link events; load average {load:.1f} on {os.cpu_count()} CPUs")
 
 
 def main() -> int:
@@ -105,8 +126,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="Runs per case (median reported)")
     parser.add_argument("--cases", default=DEFAULT_CASES, help="Comma-separated ELEMENTS:SHARE")
     parser.add_argument("--json", action="store_true", help="Print the results as JSON")
-    parser.add_argument("--worker", nargs=3, metavar=("ELEMENTS", "SHARE", "RUNS"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=3, metavar=("ELEMENTS", "SHARE", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         elements, share, runs = args.worker

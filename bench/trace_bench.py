@@ -52,10 +52,16 @@ def write_run(run_dir: Path, spans: int) -> None:
     started = time.monotonic()
     for i in range(requests):
         at = i * EVERY_MS
-        chain(files, at, rtt1_ms=20.4 + (i % 7) * 0.1, rtt2_ms=10.3 if at < half_ms else 30.3,
-              queue1_us=i % 3 * 50)
-    event = [{"index": 0, "label": "link front -- db set", "scheduled_us": int(half_ms * 1000),
-              "applied_us": int(half_ms * 1000) + 200, "adhoc": False}]
+        chain(files, at, rtt1_ms=20.4 + (i % 7) * 0.1, rtt2_ms=10.3 if at < half_ms else 30.3, queue1_us=i % 3 * 50)
+    event = [
+        {
+            "index": 0,
+            "label": "link front -- db set",
+            "scheduled_us": int(half_ms * 1000),
+            "applied_us": int(half_ms * 1000) + 200,
+            "adhoc": False,
+        }
+    ]
     files.close(EXPERIMENT.replace("AT", f"{half_ms:.0f}ms"), event)
     size = sum(p.stat().st_size for p in (run_dir / "workload").iterdir())
     print(f"wrote {requests * SPANS_PER_REQUEST} spans ({size / 1e6:.0f} MB) in {time.monotonic() - started:.0f} s")
@@ -65,8 +71,9 @@ def one_run(run_dir: Path) -> tuple[float, float, dict]:
     """Wall seconds, peak RSS in MiB, and the summary of one `collapsar trace --json`."""
     with tempfile.TemporaryFile() as out:
         started = time.monotonic()
-        child = subprocess.Popen([sys.executable, "-m", "collapsar.cli", "trace", str(run_dir), "--json"],
-                                 stdout=out, cwd=ROOT)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "collapsar.cli", "trace", str(run_dir), "--json"], stdout=out, cwd=ROOT
+        )
         _, status, usage = os.wait4(child.pid, 0)
         took = time.monotonic() - started
         child.returncode = os.waitstatus_to_exitcode(status)
@@ -91,16 +98,29 @@ def main() -> int:
     times, rss = [r[0] for r in runs], [r[1] for r in runs]
     summary = runs[-1][2]
     load = os.getloadavg()[0]
-    print(f"collapsar trace --json: {summary['spans']} spans, {summary['requests']} requests, "
-          f"{len(summary['breakdown'])} breakdown rows")
+    print(
+        f"collapsar trace --json: {summary['spans']} spans, {summary['requests']} requests, "
+        f"{len(summary['breakdown'])} breakdown rows"
+    )
     print(f"time: median {statistics.median(times):.2f} s (runs {', '.join(f'{t:.2f}' for t in times)})")
     print(f"peak RSS: median {statistics.median(rss):.0f} MiB (runs {', '.join(f'{r:.0f}' for r in rss)})")
     print(f"load average (1 min) at the end: {load:.1f}")
     if args.json:
-        args.json.write_text(json.dumps({
-            "spans": summary["spans"], "requests": summary["requests"], "time_s": times, "peak_rss_mib": rss,
-            "median_time_s": statistics.median(times), "median_peak_rss_mib": statistics.median(rss),
-            "load_1min": load}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "spans": summary["spans"],
+                    "requests": summary["requests"],
+                    "time_s": times,
+                    "peak_rss_mib": rss,
+                    "median_time_s": statistics.median(times),
+                    "median_peak_rss_mib": statistics.median(rss),
+                    "load_1min": load,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return 0
 
 

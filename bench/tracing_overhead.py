@@ -68,17 +68,24 @@ def one_run(variant, traced, scenario, rate, seconds):
             nodes = [front] + ([back] if back else [])
             chain = ["-F", back.addr, "-C", "0"] if back else ["-C", "0"]
             before = sum(cpu_s(x.proc.pid) for x in nodes)
-            summary, client_cpu = run_client(variant, ["--to", front.addr, *chain, "-r", rate, "-n", n,
-                                                       *trace("client")], workdir)
+            summary, client_cpu = run_client(
+                variant, ["--to", front.addr, *chain, "-r", rate, "-n", n, *trace("client")], workdir
+            )
             node_cpu = sum(cpu_s(x.proc.pid) for x in nodes) - before
             load = os.getloadavg()[0]
         files = list(workdir.glob("*.jsonl"))  # complete: the nodes have exited
         spans = sum(f.read_bytes().count(b'"spanId"') for f in files)
-        return {"p50": summary["latency_us"]["p50"], "p99": summary["latency_us"]["p99"],
-                "throughput_rps": summary["throughput_rps"], "ok": summary["ok"],
-                "node_cpu_us_per_req": node_cpu * 1e6 / n, "client_cpu_us_per_req": client_cpu * 1e6 / n,
-                "trace_bytes_per_req": sum(f.stat().st_size for f in files) / n, "spans_per_req": spans / n,
-                "load": load}
+        return {
+            "p50": summary["latency_us"]["p50"],
+            "p99": summary["latency_us"]["p99"],
+            "throughput_rps": summary["throughput_rps"],
+            "ok": summary["ok"],
+            "node_cpu_us_per_req": node_cpu * 1e6 / n,
+            "client_cpu_us_per_req": client_cpu * 1e6 / n,
+            "trace_bytes_per_req": sum(f.stat().st_size for f in files) / n,
+            "spans_per_req": spans / n,
+            "load": load,
+        }
     finally:
         shutil.rmtree(workdir)
 
@@ -91,14 +98,19 @@ def median(runs):
 
 
 def table(report):
-    lines = ["| scenario | variant | p50 | p99 | node CPU / req | client CPU / req | trace bytes / req "
-             "| spans / req | load |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| scenario | variant | p50 | p99 | node CPU / req | client CPU / req | trace bytes / req "
+        "| spans / req | load |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for scenario, variants in report["scenarios"].items():
         for name, f in variants.items():
-            lines.append(f"| {scenario} | {name} | {f['p50']:.1f} us | {f['p99']:.1f} us"
-                         f" | {f['node_cpu_us_per_req']:.2f} us | {f['client_cpu_us_per_req']:.2f} us"
-                         f" | {f['trace_bytes_per_req']:.0f} | {f['spans_per_req']:.1f}"
-                         f" | {f['load_avg'][0]}-{f['load_avg'][1]} |")
+            lines.append(
+                f"| {scenario} | {name} | {f['p50']:.1f} us | {f['p99']:.1f} us"
+                f" | {f['node_cpu_us_per_req']:.2f} us | {f['client_cpu_us_per_req']:.2f} us"
+                f" | {f['trace_bytes_per_req']:.0f} | {f['spans_per_req']:.1f}"
+                f" | {f['load_avg'][0]}-{f['load_avg'][1]} |"
+            )
     return "\n".join(lines)
 
 
@@ -116,20 +128,32 @@ def main():
         ap.error(f"--scenarios: '{args.scenarios}' is not direct, hop or direct,hop")
     make = ["make", "-C", str(ROOT / "workload-node")]
     subprocess.run([*make, "all"], check=True, capture_output=True)
-    subprocess.run([*make, f"BUILD={UNBATCHED.relative_to(ROOT / 'workload-node')}", "CFLAGS=-DWL_TRACE_BATCH=0",
-                    "all"], check=True, capture_output=True)
+    subprocess.run(
+        [*make, f"BUILD={UNBATCHED.relative_to(ROOT / 'workload-node')}", "CFLAGS=-DWL_TRACE_BATCH=0", "all"],
+        check=True,
+        capture_output=True,
+    )
     builds = {"off": BUILD, "on": BUILD, "unbatched": UNBATCHED}
     variants = {name: Variant(name, builds[name], "default", args.rt, "split") for name in VARIANTS}
-    report = {"rate": args.rate, "seconds": args.seconds, "runs": args.runs, "rt": args.rt,
-              "load_avg_start": os.getloadavg(), "scenarios": {}}
+    report = {
+        "rate": args.rate,
+        "seconds": args.seconds,
+        "runs": args.runs,
+        "rt": args.rt,
+        "load_avg_start": os.getloadavg(),
+        "scenarios": {},
+    }
     for scenario in scenarios:
         runs = {name: [] for name in VARIANTS}
         for i in range(args.runs):
             for name in VARIANTS:
                 r = one_run(variants[name], name != "off", scenario, args.rate, args.seconds)
                 runs[name].append(r)
-                print(f"  {scenario} run {i + 1}/{args.runs} {name:>9}: p50 {r['p50']:6.1f}  p99 {r['p99']:7.1f} us"
-                      f"  node CPU {r['node_cpu_us_per_req']:5.2f} us/req  (load {r['load']:.2f})", file=sys.stderr)
+                print(
+                    f"  {scenario} run {i + 1}/{args.runs} {name:>9}: p50 {r['p50']:6.1f}  p99 {r['p99']:7.1f} us"
+                    f"  node CPU {r['node_cpu_us_per_req']:5.2f} us/req  (load {r['load']:.2f})",
+                    file=sys.stderr,
+                )
         report["scenarios"][scenario] = {name: median(runs[name]) for name in VARIANTS}
     report["load_avg_end"] = os.getloadavg()
     print(json.dumps(report, indent=1))

@@ -70,8 +70,24 @@ PINGPONG_SRC = ROOT / "bench" / "pingpong.c"
 PINGPONG = BUILD / "bench-pingpong"
 LISTEN_RE = re.compile(r"listening on tcp://[0-9.]+:(\d+)")
 MODES = {"default": [], "busy": ["--busy-poll"], "hybrid": ["--busy-poll-for", "1ms"], "idle": ["--idle-poll"]}
-RATES = [1000, 2000, 5000, 10000, 20000, 30000, 40000, 50000, 60000, 70000, 80000, 90000, 100000, 120000,
-         150000, 200000]
+RATES = [
+    1000,
+    2000,
+    5000,
+    10000,
+    20000,
+    30000,
+    40000,
+    50000,
+    60000,
+    70000,
+    80000,
+    90000,
+    100000,
+    120000,
+    150000,
+    200000,
+]
 
 
 class Variant:
@@ -86,8 +102,19 @@ class Node:
     def __init__(self, variant, extra=()):
         self.log = tempfile.NamedTemporaryFile("w+", prefix="wl-node-", suffix=".log", delete=False)
         self.storage = tempfile.NamedTemporaryFile(prefix="wl-node-", suffix=".data", delete=False).name
-        cmd = [*variant.prio, "taskset", "-c", variant.node_cpu, str(variant.build / "wl-node"), "-b", "127.0.0.1:0",
-               "-s", self.storage, *MODES[variant.mode], *extra]
+        cmd = [
+            *variant.prio,
+            "taskset",
+            "-c",
+            variant.node_cpu,
+            str(variant.build / "wl-node"),
+            "-b",
+            "127.0.0.1:0",
+            "-s",
+            self.storage,
+            *MODES[variant.mode],
+            *extra,
+        ]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log)
         for _ in range(3000):
             found = LISTEN_RE.findall(pathlib.Path(self.log.name).read_text())
@@ -125,8 +152,16 @@ class Node:
 
 
 def client(variant, *args, cpus=None, timeout=300):
-    cmd = [*variant.prio, "taskset", "-c", cpus or variant.client_cpus, str(variant.build / "wl-client"),
-           *map(str, args), *MODES[variant.mode], "--json"]
+    cmd = [
+        *variant.prio,
+        "taskset",
+        "-c",
+        cpus or variant.client_cpus,
+        str(variant.build / "wl-client"),
+        *map(str, args),
+        *MODES[variant.mode],
+        "--json",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -138,8 +173,11 @@ def summarize(results, loads):
         "ok_ratio": statistics.median(r["ok"] / max(r["requests"], 1) for r in results),
         **{k: statistics.median(r["latency_us"][k] for r in results) for k in keys},
         # Latency runs from the actual send: how late the sender was is part of the picture.
-        **({"send_late_p99": statistics.median(r["send_lateness_us"]["p99"] for r in results)}
-           if all("send_lateness_us" in r for r in results) else {}),
+        **(
+            {"send_late_p99": statistics.median(r["send_lateness_us"]["p99"] for r in results)}
+            if all("send_lateness_us" in r for r in results)
+            else {}
+        ),
         "load_avg": [round(min(loads), 2), round(max(loads), 2)],
     }
 
@@ -151,7 +189,7 @@ def interleaved(variants, runs, measure, summary=summarize, node=True):
     loads = {v.label: [] for v in variants}
     for _ in range(runs):
         for v in variants:
-            with (Node(v) if node else contextlib.nullcontext()) as started:
+            with Node(v) if node else contextlib.nullcontext() as started:
                 loads[v.label].append(os.getloadavg()[0])
                 results[v.label].append(measure(v, started))
     return {v.label: summary(results[v.label], loads[v.label]) for v in variants}
@@ -164,15 +202,30 @@ def build_pingpong():
 
 def floor(variants, runs, rate, seconds=2.0):
     """The kernel's round trip alone (bench/pingpong.c), placed and polling like each variant."""
+
     def measure(v, _):
-        cmd = [*v.prio, str(PINGPONG), "--server-cpu", v.node_cpu, "--client-cpu", v.client_cpus,
-               "--rate", str(rate), "-n", str(int(rate * seconds)), *(["--spin"] if v.polls else [])]
+        cmd = [
+            *v.prio,
+            str(PINGPONG),
+            "--server-cpu",
+            v.node_cpu,
+            "--client-cpu",
+            v.client_cpus,
+            "--rate",
+            str(rate),
+            "-n",
+            str(int(rate * seconds)),
+            *(["--spin"] if v.polls else []),
+        ]
         return json.loads(subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout)
 
     def summary(results, loads):
-        return {"p50": statistics.median(r["p50_us"] for r in results),
-                "p99": statistics.median(r["p99_us"] for r in results),
-                "load_avg": [round(min(loads), 2), round(max(loads), 2)]}
+        return {
+            "p50": statistics.median(r["p50_us"] for r in results),
+            "p99": statistics.median(r["p99_us"] for r in results),
+            "load_avg": [round(min(loads), 2), round(max(loads), 2)],
+        }
+
     return interleaved(variants, runs, measure, summary, node=False)
 
 
@@ -184,8 +237,22 @@ def at_rate(rate, seconds=2.0, pairs=1):
 def peak(pairs):
     """Offer far more than can be served: the open-loop sender sends back to back."""
     n = 300_000 // pairs
-    return lambda v, node: client(v, "--to", node.addr, "-C", "0", "-r", 1_000_000, "-n", n, "--nt", pairs,
-                                  "--timeout", "30s", cpus="0-1" if pairs > 1 else None)
+    return lambda v, node: client(
+        v,
+        "--to",
+        node.addr,
+        "-C",
+        "0",
+        "-r",
+        1_000_000,
+        "-n",
+        n,
+        "--nt",
+        pairs,
+        "--timeout",
+        "30s",
+        cpus="0-1" if pairs > 1 else None,
+    )
 
 
 def curve(variants, runs, quick):
@@ -199,10 +266,12 @@ def curve(variants, runs, quick):
         for v in list(active):
             point = dict(figures[v.label], offered_rps=rate)
             points[v.label].append(point)
-            print(f"  {v.label:>16} {rate:>7} req/s offered: {point['throughput_rps']:>9.0f} achieved"
-                  f"  p50 {point['p50']:7.1f}  p99 {point['p99']:9.1f} us  sent late p99 "
-                  f"{point.get('send_late_p99', float('nan')):7.1f} us  (load {point['load_avg'][1]})",
-                  file=sys.stderr)
+            print(
+                f"  {v.label:>16} {rate:>7} req/s offered: {point['throughput_rps']:>9.0f} achieved"
+                f"  p50 {point['p50']:7.1f}  p99 {point['p99']:9.1f} us  sent late p99 "
+                f"{point.get('send_late_p99', float('nan')):7.1f} us  (load {point['load_avg'][1]})",
+                file=sys.stderr,
+            )
             if point["throughput_rps"] < 0.95 * rate:
                 active.remove(v)  # saturated
     return points
@@ -217,8 +286,12 @@ def forward_cost(variant, runs):
             direct.append(client(variant, "--to", first.addr, "-C", "0", "-r", 1000, "-n", 3000))
             hop.append(client(variant, "--to", first.addr, "-F", second.addr, "-r", 1000, "-n", 3000))
     base, fwd = summarize(direct, loads), summarize(hop, loads)
-    return {"p50_direct_us": base["p50"], "p50_one_hop_us": fwd["p50"], "hop_cost_us": fwd["p50"] - base["p50"],
-            "load_avg": base["load_avg"]}
+    return {
+        "p50_direct_us": base["p50"],
+        "p50_one_hop_us": fwd["p50"],
+        "hop_cost_us": fwd["p50"] - base["p50"],
+        "load_avg": base["load_avg"],
+    }
 
 
 def tcp_mem_pages():
@@ -241,8 +314,11 @@ def idle_connection_memory(variant, count=2000):
         finally:
             for s in socks:
                 s.close()
-    return {"connections": count, "node_rss_bytes_per_conn": (rss1 - rss0) * 1024 / count,
-            "kernel_tcp_bytes_per_conn": (mem1 - mem0) * 4096 / count}
+    return {
+        "connections": count,
+        "node_rss_bytes_per_conn": (rss1 - rss0) * 1024 / count,
+        "kernel_tcp_bytes_per_conn": (mem1 - mem0) * 4096 / count,
+    }
 
 
 def max_rate_under(points, p99_us=100):
@@ -256,31 +332,38 @@ def late_at(points, rate):
 
 
 def table(report):
-    lines = ["| variant | p50 @1k (floor) | p50 @10k (floor) | p99 @10k | p99<100us up to | sent late p99 there "
-             "| peak 1 pair | peak 2 pairs | load avg |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| variant | p50 @1k (floor) | p50 @10k (floor) | p99 @10k | p99<100us up to | sent late p99 there "
+        "| peak 1 pair | peak 2 pairs | load avg |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for label, f in report["variants"].items():
         loads = [x for key in ("at_1k", "at_10k", "peak_1_pair", "peak_2_pairs") for x in f[key]["load_avg"]]
         loads += [x for p in f["curve"] for x in p["load_avg"]]
-        lines.append(f"| {label} | {f['at_1k']['p50']:.1f} us ({f['floor_1k']['p50']:.1f})"
-                     f" | {f['at_10k']['p50']:.1f} us ({f['floor_10k']['p50']:.1f})"
-                     f" | {f['at_10k']['p99']:.1f} us | {f['max_rate_p99_under_100us'] // 1000}k req/s"
-                     f" | {late_at(f['curve'], f['max_rate_p99_under_100us'])}"
-                     f" | {f['peak_1_pair']['throughput_rps'] / 1e3:.1f}k"
-                     f" | {f['peak_2_pairs']['throughput_rps'] / 1e3:.1f}k"
-                     f" | {min(loads):.1f}-{max(loads):.1f} |")
+        lines.append(
+            f"| {label} | {f['at_1k']['p50']:.1f} us ({f['floor_1k']['p50']:.1f})"
+            f" | {f['at_10k']['p50']:.1f} us ({f['floor_10k']['p50']:.1f})"
+            f" | {f['at_10k']['p99']:.1f} us | {f['max_rate_p99_under_100us'] // 1000}k req/s"
+            f" | {late_at(f['curve'], f['max_rate_p99_under_100us'])}"
+            f" | {f['peak_1_pair']['throughput_rps'] / 1e3:.1f}k"
+            f" | {f['peak_2_pairs']['throughput_rps'] / 1e3:.1f}k"
+            f" | {min(loads):.1f}-{max(loads):.1f} |"
+        )
     return "\n".join(lines)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3, help="runs per figure; the median is reported (default 3)")
-    ap.add_argument("--modes", default="default,busy",
-                    help="comma-separated: default, busy, hybrid, idle (default: default,busy)")
+    ap.add_argument(
+        "--modes", default="default,busy", help="comma-separated: default, busy, hybrid, idle (default: default,busy)"
+    )
     ap.add_argument("--rt", action="store_true", help="run node and client as SCHED_FIFO 10 (chrt)")
-    ap.add_argument("--placement", default="split",
-                    help="client on CPU 1 (split) or on the node's CPU 0 (shared), or both: split,shared "
-                         "(default split)")
+    ap.add_argument(
+        "--placement",
+        default="split",
+        help="client on CPU 1 (split) or on the node's CPU 0 (shared), or both: split,shared (default split)",
+    )
     ap.add_argument("--compare", metavar="DIR", help="also run the wl-node/wl-client found in DIR (an older build)")
     ap.add_argument("--quick", action="store_true", help="every other curve point, 1 s runs")
     ap.add_argument("--json", help="also write the figures to this file")
@@ -296,11 +379,21 @@ def main():
     build_pingpong()
     builds = [("", BUILD)] + ([("before ", pathlib.Path(args.compare))] if args.compare else [])
     # An older build may predate a mode's options (hybrid): --compare runs it in default and busy only.
-    variants = [Variant(f"{tag}{mode}" + (f"/{place}" if len(placements) > 1 else ""), path, mode, args.rt, place)
-                for tag, path in builds for place in placements for mode in modes
-                if not tag or mode in ("default", "busy")]
-    report = {"cpus": os.cpu_count(), "rt": args.rt, "placement": args.placement, "runs": args.runs,
-              "load_avg_start": os.getloadavg(), "variants": {v.label: {} for v in variants}}
+    variants = [
+        Variant(f"{tag}{mode}" + (f"/{place}" if len(placements) > 1 else ""), path, mode, args.rt, place)
+        for tag, path in builds
+        for place in placements
+        for mode in modes
+        if not tag or mode in ("default", "busy")
+    ]
+    report = {
+        "cpus": os.cpu_count(),
+        "rt": args.rt,
+        "placement": args.placement,
+        "runs": args.runs,
+        "load_avg_start": os.getloadavg(),
+        "variants": {v.label: {} for v in variants},
+    }
 
     def put(key, figures):
         for label, value in figures.items():
@@ -327,9 +420,12 @@ def main():
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1))
     print("\n" + table(report), file=sys.stderr)
-    print(f"forward hop +{report['forward']['hop_cost_us']:.1f} us (default mode); idle connection "
-          f"{report['idle_memory']['node_rss_bytes_per_conn']:.0f} B node + "
-          f"{report['idle_memory']['kernel_tcp_bytes_per_conn']:.0f} B kernel", file=sys.stderr)
+    print(
+        f"forward hop +{report['forward']['hop_cost_us']:.1f} us (default mode); idle connection "
+        f"{report['idle_memory']['node_rss_bytes_per_conn']:.0f} B node + "
+        f"{report['idle_memory']['kernel_tcp_bytes_per_conn']:.0f} B kernel",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

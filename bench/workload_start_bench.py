@@ -33,8 +33,10 @@ def topology(n: int) -> str:
     lines = ["experiment: {name: wlstart}", "services:"]
     for i in range(1, pairs + 1):
         lines.append(f"  d{i}: {{command: [wl-node]}}")
-        lines.append(f"  c{i}: {{command: [wl-client, --to, d{i}, -C, '0', -r, '100', -n, '300',"
-                     f" --retry-num, '100', --retry-period, 10ms]}}")
+        lines.append(
+            f"  c{i}: {{command: [wl-client, --to, d{i}, -C, '0', -r, '100', -n, '300',"
+            f" --retry-num, '100', --retry-period, 10ms]}}"
+        )
     lines += ["bridges: [sw]", "links:"]
     for i in range(1, pairs + 1):
         lines.append(f"  - {{from: d{i}, to: sw, bandwidth: 100Mbps}}")
@@ -65,8 +67,12 @@ def one_run(n: int, workdir: pathlib.Path, index: int) -> dict:
     path.write_text(topology(n))
     runs = workdir / f"runs-{index}"
     began = time.time()
-    proc = subprocess.Popen([*CLI, "run", str(path), "--duration", "8s", "--run-dir", str(runs),
-                             "--status-port", "-1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [*CLI, "run", str(path), "--duration", "8s", "--run-dir", str(runs), "--status-port", "-1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     all_up = None
     for line in proc.stdout:
         if all_up is None and line.startswith("all ") and " instances up in " in line:
@@ -79,8 +85,11 @@ def one_run(n: int, workdir: pathlib.Path, index: int) -> dict:
     firsts = first_requests(trace_dirs[0])
     if len(firsts) != n // 2:
         raise RuntimeError(f"{len(firsts)} of {n // 2} clients sent a request")
-    return {"first_request_s": min(firsts) - began, "last_client_first_request_s": max(firsts) - began,
-            "all_up_s": all_up}
+    return {
+        "first_request_s": min(firsts) - began,
+        "last_client_first_request_s": max(firsts) - began,
+        "all_up_s": all_up,
+    }
 
 
 def main() -> int:
@@ -96,12 +105,17 @@ def main() -> int:
         for i in range(args.repeat):
             r = one_run(args.instances, pathlib.Path(tmp), i)
             results.append(r)
-            print(f"run {i + 1}: first request {r['first_request_s']:.2f} s, every client's first "
-                  f"{r['last_client_first_request_s']:.2f} s, all up {r['all_up_s']:.2f} s", file=sys.stderr)
+            print(
+                f"run {i + 1}: first request {r['first_request_s']:.2f} s, every client's first "
+                f"{r['last_client_first_request_s']:.2f} s, all up {r['all_up_s']:.2f} s",
+                file=sys.stderr,
+            )
     med = {k: statistics.median(r[k] for r in results) for k in results[0]}
-    print(f"{args.instances} instances, median of {args.repeat}: first request {med['first_request_s']:.2f} s "
-          f"after `collapsar run`, every client's first {med['last_client_first_request_s']:.2f} s, "
-          f"all up {med['all_up_s']:.2f} s")
+    print(
+        f"{args.instances} instances, median of {args.repeat}: first request {med['first_request_s']:.2f} s "
+        f"after `collapsar run`, every client's first {med['last_client_first_request_s']:.2f} s, "
+        f"all up {med['all_up_s']:.2f} s"
+    )
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"median": med, "runs": results}, indent=1) + "\n")
     return 0

@@ -39,8 +39,7 @@ class Adjacency:
         return owner, self.ids[np.repeat(self.start[nodes], counts) + offset]
 
 
-def descendants(seeds: np.ndarray, in_link: np.ndarray, out_core: Adjacency,
-                link_dst: np.ndarray) -> np.ndarray:
+def descendants(seeds: np.ndarray, in_link: np.ndarray, out_core: Adjacency, link_dst: np.ndarray) -> np.ndarray:
     """The seed entries and every entry below them in the trees that `in_link`
     (rows x bridges, the entering link of each bridge) describes; sorted, unique."""
     width = in_link.shape[1]
@@ -57,8 +56,9 @@ def descendants(seeds: np.ndarray, in_link: np.ndarray, out_core: Adjacency,
     return np.unique(np.concatenate(found))
 
 
-def first_best(candidates: np.ndarray, owner: np.ndarray, links: np.ndarray,
-               groups: int) -> tuple[np.ndarray, np.ndarray]:
+def first_best(
+    candidates: np.ndarray, owner: np.ndarray, links: np.ndarray, groups: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per group (owner 0..groups-1, links in id order inside a group): the
     smallest candidate and the lowest link id that reaches it.  Groups with no
     link, or only infinite candidates, get (inf, -1)."""

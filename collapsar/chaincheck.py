@@ -48,8 +48,11 @@ class Verdict:
 
 
 def workload_services(experiment: Experiment) -> list[Service]:
-    return [service for service in experiment.services
-            if service.command and os.path.basename(service.command[0]) in PROGRAMS]
+    return [
+        service
+        for service in experiment.services
+        if service.command and os.path.basename(service.command[0]) in PROGRAMS
+    ]
 
 
 def reachable_names(experiment: Experiment) -> list[str]:
@@ -70,23 +73,29 @@ def check_chains(experiment: Experiment, build_dir: Path, parallel: int = 8) -> 
     if not services:
         return Verdict()
     programs = {name: build_dir / name for name in PROGRAMS}
-    missing = sorted(str(path) for name, path in programs.items()
-                     if any(os.path.basename(s.command[0]) == name for s in services)
-                     and not os.access(path, os.X_OK))
+    missing = sorted(
+        str(path)
+        for name, path in programs.items()
+        if any(os.path.basename(s.command[0]) == name for s in services) and not os.access(path, os.X_OK)
+    )
     if missing:
-        return Verdict(warning=f"wl-client and wl-node commands not checked: {', '.join(missing)} "
-                       f"not built; fix: {BUILD_FIX}")
+        return Verdict(
+            warning=f"wl-client and wl-node commands not checked: {', '.join(missing)} not built; fix: {BUILD_FIX}"
+        )
     names = reachable_names(experiment)
     distinct = {(os.path.basename(s.command[0]), s.command[1:]) for s in services}
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(distinct)))) as pool:
-        answers = dict(zip(distinct, pool.map(
-            lambda key: _check_one(programs[key[0]], key[0], key[1], names), distinct)))
+        answers = dict(
+            zip(distinct, pool.map(lambda key: _check_one(programs[key[0]], key[0], key[1], names), distinct))
+        )
     verdict = Verdict(checked=len(distinct))
     for service in services:
         outcome = answers[(os.path.basename(service.command[0]), service.command[1:])]
         if isinstance(outcome, _Stale):
-            verdict.warning = (f"wl-client and wl-node commands not checked: {outcome.binary} was "
-                               f"built before --check existed; fix: {BUILD_FIX}")
+            verdict.warning = (
+                f"wl-client and wl-node commands not checked: {outcome.binary} was "
+                f"built before --check existed; fix: {BUILD_FIX}"
+            )
             return Verdict(warning=verdict.warning)
         if outcome is not None:
             origin = service.command_origin
@@ -114,8 +123,15 @@ def _check_one(binary: Path, program: str, args: tuple[str, ...], names: list[st
     """None when the binary accepts `args`; else the message to report."""
     argv = [str(binary), "--check", "--names", _names_word(names, args), *args]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, errors="replace",
-                              stdin=subprocess.DEVNULL, timeout=CHECK_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            stdin=subprocess.DEVNULL,
+            timeout=CHECK_TIMEOUT_S,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return f"{program} --check did not answer within {CHECK_TIMEOUT_S:g} s"
     except OSError as error:

@@ -43,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", metavar="COMMAND", required=True)
     for verb, (module_name, help_text) in COMMANDS.items():
         sub = verbs.add_parser(
-            verb, help=help_text, description=help_text,
+            verb,
+            help=help_text,
+            description=help_text,
             formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         )
         sub.set_defaults(module_name=module_name)

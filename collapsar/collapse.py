@@ -41,8 +41,15 @@ class LinkState(NamedTuple):
 class NetworkState:
     """The collapsed network at one moment, with paths from `sources` only."""
 
-    def __init__(self, graph: RunGraph, cond: Conditions, rows: np.ndarray,
-                 in_core: np.ndarray, hops: np.ndarray, in_sink: np.ndarray):
+    def __init__(
+        self,
+        graph: RunGraph,
+        cond: Conditions,
+        rows: np.ndarray,
+        in_core: np.ndarray,
+        hops: np.ndarray,
+        in_sink: np.ndarray,
+    ):
         self.graph = graph
         self.conditions = cond
         self._rows = rows
@@ -76,9 +83,9 @@ class NetworkState:
         if self._links is None:
             active = self.conditions.link_active()
             self._links = {
-                link.id: LinkState(link.src, link.dst, self.conditions.props(link.id),
-                                   bool(active[link.id]))
-                for link in self.graph.links}
+                link.id: LinkState(link.src, link.dst, self.conditions.props(link.id), bool(active[link.id]))
+                for link in self.graph.links
+            }
         return self._links
 
     # ---- paths --------------------------------------------------------------------
@@ -89,8 +96,7 @@ class NetworkState:
         col = self._instance(dst)
         if not self._exists(np.array([row]), np.array([col]))[0, 0]:
             return None
-        ids = walk(self.in_core[row], int(self.in_sink[row, col]), self.graph.link_src,
-                   self.graph.bridge_count)
+        ids = walk(self.in_core[row], int(self.in_sink[row, col]), self.graph.link_src, self.graph.bridge_count)
         return fold_path(src, dst, ids, self.conditions)
 
     def paths(self, sources: Iterable[str] | None = None) -> Iterator[Path]:
@@ -109,12 +115,15 @@ class NetworkState:
             row = rows[k]
             rate = int(folded.rate_bps[k, col])
             yield Path(
-                src=self.graph.instances[self._rows[row]], dst=self.graph.instances[col],
-                delay_us=int(folded.delay_us[k, col]), jitter_us=int(jitter[k, col]),
+                src=self.graph.instances[self._rows[row]],
+                dst=self.graph.instances[col],
+                delay_us=int(folded.delay_us[k, col]),
+                jitter_us=int(jitter[k, col]),
                 loss_ratio=loss_of(float(folded.keep[k, col])),
                 rate_bps=None if rate == NO_RATE else rate,
                 link_ids=walk(self.in_core[row], int(self.in_sink[row, col]), link_src, bridges),
-                distribution=DISTRIBUTIONS[folded.dist_code[k, col]])
+                distribution=DISTRIBUTIONS[folded.dist_code[k, col]],
+            )
 
     def unreachable(self) -> list[tuple[str, str]]:
         """Pairs of present instances (from this state's sources) with no route.
@@ -149,8 +158,7 @@ class NetworkState:
     def _row(self, src: str) -> int:
         if src not in self._row_of:
             self._instance(src)
-            raise CollapsarError(f"paths from {src!r} were not computed "
-                                 f"(sources: {', '.join(self.sources) or 'none'})")
+            raise CollapsarError(f"paths from {src!r} were not computed (sources: {', '.join(self.sources) or 'none'})")
         return self._row_of[src]
 
     def _instance(self, name: str) -> int:
@@ -180,8 +188,16 @@ def fold_path(src: str, dst: str, link_ids: tuple[int, ...], cond: Conditions) -
             rate = min(rate, props.rate_bps)
         if props.jitter_us > max_jitter:
             max_jitter, code = props.jitter_us, DISTRIBUTIONS.index(props.distribution)
-    return Path(src, dst, delay, int(round(math.sqrt(jitter_sq))), loss_of(keep),
-                None if rate == NO_RATE else rate, link_ids, DISTRIBUTIONS[code])
+    return Path(
+        src,
+        dst,
+        delay,
+        int(round(math.sqrt(jitter_sq))),
+        loss_of(keep),
+        None if rate == NO_RATE else rate,
+        link_ids,
+        DISTRIBUTIONS[code],
+    )
 
 
 def source_rows(graph: RunGraph, sources: Iterable[str] | None) -> np.ndarray:
@@ -191,9 +207,11 @@ def source_rows(graph: RunGraph, sources: Iterable[str] | None) -> np.ndarray:
     rows = []
     for name in sources:
         if name not in graph.instance_index:
-            raise CollapsarError(f"no instance {name!r} in this experiment; expected one of "
-                                 f"{', '.join(graph.instances[:8])}"
-                                 f"{' ...' if graph.instance_count > 8 else ''}")
+            raise CollapsarError(
+                f"no instance {name!r} in this experiment; expected one of "
+                f"{', '.join(graph.instances[:8])}"
+                f"{' ...' if graph.instance_count > 8 else ''}"
+            )
         rows.append(graph.instance_index[name])
     return np.array(sorted(set(rows)), np.int64)
 

@@ -41,8 +41,8 @@ class Conditions:
         self.spec_on[: graph.initial_spec_count] = True
         self.bridge_on = np.ones(graph.bridge_count, bool)
         self.instance_on = np.fromiter(
-            (name in graph.initial_instances for name in graph.instances), bool,
-            graph.instance_count)
+            (name in graph.initial_instances for name in graph.instances), bool, graph.instance_count
+        )
         self.disconnected = np.zeros(graph.instance_count, bool)
         self.partitions: list[tuple[frozenset[str], ...]] = []
         # A key names the latest spec between two elements: a `join` with new
@@ -63,8 +63,17 @@ class Conditions:
 
     def copy(self) -> Conditions:
         clone = copy.copy(self)
-        for name in ("spec_on", "bridge_on", "instance_on", "disconnected", "delay_us",
-                     "jitter_us", "loss_ratio", "rate_bps", "dist_code"):
+        for name in (
+            "spec_on",
+            "bridge_on",
+            "instance_on",
+            "disconnected",
+            "delay_us",
+            "jitter_us",
+            "loss_ratio",
+            "rate_bps",
+            "dist_code",
+        ):
             setattr(clone, name, getattr(self, name).copy())
         clone.partitions = list(self.partitions)
         clone._latest = dict(self._latest)
@@ -84,10 +93,12 @@ class Conditions:
     def props(self, link_id: int) -> LinkProps:
         rate = int(self.rate_bps[link_id])
         return LinkProps(
-            delay_us=int(self.delay_us[link_id]), jitter_us=int(self.jitter_us[link_id]),
+            delay_us=int(self.delay_us[link_id]),
+            jitter_us=int(self.jitter_us[link_id]),
             distribution=DISTRIBUTIONS[self.dist_code[link_id]],
             loss_ratio=float(self.loss_ratio[link_id]),
-            rate_bps=None if rate == NO_RATE else rate)
+            rate_bps=None if rate == NO_RATE else rate,
+        )
 
     def partition_group(self) -> list[np.ndarray]:
         """Per active partition: each instance's group number, -1 if in none."""
@@ -132,8 +143,7 @@ class Conditions:
     def _spec_for(self, event: LinkEvent | LinkSetEvent) -> int:
         key = frozenset((event.a, event.b))
         if key not in self._latest:
-            raise TopologyError([Problem(event.where, f"link {event.a} -> {event.b}: "
-                                         "no such link at this time")])
+            raise TopologyError([Problem(event.where, f"link {event.a} -> {event.b}: no such link at this time")])
         return self._latest[key]
 
     def _link(self, event: LinkEvent) -> None:
@@ -149,14 +159,25 @@ class Conditions:
         spec = self.graph.specs[index]
         forward, backward = (event.up, event.down) if event.a == spec.a else (event.down, event.up)
         if backward and spec.down is None:
-            raise TopologyError([Problem(event.where, f"link {spec.a} -> {spec.b} is one-way: "
-                                         f"nothing to set from {spec.b} to {spec.a}")])
+            raise TopologyError(
+                [
+                    Problem(
+                        event.where, f"link {spec.a} -> {spec.b} is one-way: nothing to set from {spec.b} to {spec.a}"
+                    )
+                ]
+            )
         for link in self.graph.links_of_spec[index]:
             changes = forward if link.direction == "up" else backward
             unknown = sorted(set(changes) - set(_FIELDS))
             if unknown:
-                raise TopologyError([Problem(event.where, f"link {event.a} -> {event.b}: cannot "
-                                             f"set {unknown[0]!r}; expected one of {_FIELDS}")])
+                raise TopologyError(
+                    [
+                        Problem(
+                            event.where,
+                            f"link {event.a} -> {event.b}: cannot set {unknown[0]!r}; expected one of {_FIELDS}",
+                        )
+                    ]
+                )
             if changes:
                 merged = {**self.props(link.id).__dict__, **changes}
                 self._set(link.id, LinkProps(**merged))
@@ -177,5 +198,6 @@ class Conditions:
             if set(active) == set(groups):
                 del self.partitions[i]
                 return
-        raise TopologyError([Problem(event.where, "partition heal: no partition of these "
-                                     "groups is active at this time")])
+        raise TopologyError(
+            [Problem(event.where, "partition heal: no partition of these groups is active at this time")]
+        )

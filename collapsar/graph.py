@@ -96,11 +96,11 @@ class RunGraph:
     def _check_spec(self, spec: LinkSpec) -> None:
         for end in (spec.a, spec.b):
             if end not in self._services and end not in self._bridge_set:
-                raise TopologyError([Problem(spec.where, f"link {spec.a} -> {spec.b}: "
-                                             f"{end!r} is neither a service nor a bridge")])
+                raise TopologyError(
+                    [Problem(spec.where, f"link {spec.a} -> {spec.b}: {end!r} is neither a service nor a bridge")]
+                )
         if spec.a == spec.b:
-            raise TopologyError([Problem(spec.where, f"link {spec.a} -> {spec.b}: "
-                                         "a link needs two different ends")])
+            raise TopologyError([Problem(spec.where, f"link {spec.a} -> {spec.b}: a link needs two different ends")])
 
     def _instantiate(self, spec_index: int) -> None:
         spec = self.specs[spec_index]
@@ -136,8 +136,9 @@ class RunGraph:
                 if clash in seen:
                     break
                 seen.add(clash)
-            raise TopologyError([Problem(None, f"node name {clash!r} is used twice "
-                                         "(a bridge and an instance, or two instances)")])
+            raise TopologyError(
+                [Problem(None, f"node name {clash!r} is used twice (a bridge and an instance, or two instances)")]
+            )
         self.node_index = {name: i for i, name in enumerate(names)}
         self.instance_index = {name: i for i, name in enumerate(self.instances)}
         count = len(self.links)
@@ -149,8 +150,7 @@ class RunGraph:
             self.links_of_spec[link.spec].append(link)
         self.service_names = tuple(s.name for s in self.experiment.services)
         position = {name: i for i, name in enumerate(self.service_names)}
-        self.instance_service_index = np.fromiter(
-            (position[s] for s in self.service_of), np.int64, len(self.instances))
+        self.instance_service_index = np.fromiter((position[s] for s in self.service_of), np.int64, len(self.instances))
 
     @property
     def bridge_count(self) -> int:
@@ -159,4 +159,3 @@ class RunGraph:
     @property
     def instance_count(self) -> int:
         return len(self.instances)
-

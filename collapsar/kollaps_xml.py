@@ -39,8 +39,10 @@ _ATTRIBUTES = {  # element -> (attributes read, Kollaps attributes with no meani
     "service": (("name", "image", "command", "replicas"), ("share", "reuse", "port")),
     "bridge": (("name",), ()),
     "link": (("origin", "dest", "latency", "upload", "download", "jitter", "drop"), ("network",)),
-    "schedule": (("name", "origin", "dest", "time", "action", "amount", "latency", "upload",
-                  "download", "jitter", "drop"), ("network",)),
+    "schedule": (
+        ("name", "origin", "dest", "time", "action", "amount", "latency", "upload", "download", "jitter", "drop"),
+        ("network",),
+    ),
 }
 
 
@@ -91,8 +93,10 @@ def _read(data: str | bytes, source: str) -> _Tree:
         stack.append(element)
 
     def refuse(*_args) -> None:
-        raise _Refused(parser.CurrentLineNumber, "DTDs and entity declarations are not "
-                       "accepted in an experiment; remove the <!DOCTYPE ...>")
+        raise _Refused(
+            parser.CurrentLineNumber,
+            "DTDs and entity declarations are not accepted in an experiment; remove the <!DOCTYPE ...>",
+        )
 
     parser.StartElementHandler = start
     parser.EndElementHandler = lambda _tag: stack.pop()
@@ -130,8 +134,9 @@ class _Translator:
         read, ignored = _ATTRIBUTES[element.tag]
         for key in element.attrib:
             if key not in read and key not in ignored:
-                self.report.add(self.tree.line(element), f"{label}: unknown attribute {key!r}"
-                                f"{pc.did_you_mean(key, read)}")
+                self.report.add(
+                    self.tree.line(element), f"{label}: unknown attribute {key!r}{pc.did_you_mean(key, read)}"
+                )
         return {key: value for key, value in element.attrib.items() if key in read}
 
     def children(self, parent: ET.Element, tag: str) -> list[ET.Element]:
@@ -140,25 +145,28 @@ class _Translator:
             if child.tag == tag:
                 kept.append(child)
             else:
-                self.report.add(self.tree.line(child), f"<{parent.tag}>: unexpected element "
-                                f"<{child.tag}>; expected <{tag}>")
+                self.report.add(
+                    self.tree.line(child), f"<{parent.tag}>: unexpected element <{child.tag}>; expected <{tag}>"
+                )
         return kept
 
     def experiment(self, root: ET.Element | None) -> Node | None:
         if root is None or root.tag != "experiment":
             tag = "nothing" if root is None else f"<{root.tag}>"
-            self.report.add(self.tree.line(root) if root is not None else 1,
-                            f"expected a Kollaps <experiment>, got {tag}")
+            self.report.add(
+                self.tree.line(root) if root is not None else 1, f"expected a Kollaps <experiment>, got {tag}"
+            )
             return None
         self.attributes(root, "<experiment>")
         sections: dict[str, ET.Element] = {}
         for child in root:
             if child.tag not in _SECTIONS:
-                self.report.add(self.tree.line(child), f"<experiment>: unknown element "
-                                f"<{child.tag}>{pc.did_you_mean(child.tag, _SECTIONS)}")
+                self.report.add(
+                    self.tree.line(child),
+                    f"<experiment>: unknown element <{child.tag}>{pc.did_you_mean(child.tag, _SECTIONS)}",
+                )
             elif child.tag in sections:
-                self.report.add(self.tree.line(child), f"<experiment>: a second <{child.tag}>; "
-                                f"only one is allowed")
+                self.report.add(self.tree.line(child), f"<experiment>: a second <{child.tag}>; only one is allowed")
             else:
                 sections[child.tag] = child
         name = pc.default_name(self.report.source)
@@ -170,20 +178,25 @@ class _Translator:
         schedules = self.schedules(sections.get("dynamic"))
         items["services"] = self.services(sections.get("services"), root, schedules)
         if "bridges" in sections:
-            items["bridges"] = Node([self.scalar(b, self.attributes(b, "bridge").get("name"))
-                                     for b in self.children(sections["bridges"], "bridge")],
-                                    self.tree.line(sections["bridges"]))
+            items["bridges"] = Node(
+                [
+                    self.scalar(b, self.attributes(b, "bridge").get("name"))
+                    for b in self.children(sections["bridges"], "bridge")
+                ],
+                self.tree.line(sections["bridges"]),
+            )
         if "links" in sections:
-            items["links"] = Node(self.links(self.children(sections["links"], "link")),
-                                  self.tree.line(sections["links"]))
-        items["events"] = Node([event for event in (self.event(s) for s in schedules)
-                                if event is not None], self.tree.line(root))
+            items["links"] = Node(
+                self.links(self.children(sections["links"], "link")), self.tree.line(sections["links"])
+            )
+        items["events"] = Node(
+            [event for event in (self.event(s) for s in schedules) if event is not None], self.tree.line(root)
+        )
         return self.mapping(root, items)
 
     # ---- services ----------------------------------------------------------
 
-    def services(self, section: ET.Element | None, root: ET.Element,
-                 schedules: list[ET.Element]) -> Node:
+    def services(self, section: ET.Element | None, root: ET.Element, schedules: list[ET.Element]) -> Node:
         if section is None:
             return Node({}, self.tree.line(root))
         joins_at_start: dict[str, int] = {}
@@ -194,9 +207,12 @@ class _Translator:
                 if _seconds(schedule.get("time")) == 0:
                     amount = _int_or(schedule.get("amount", "1"), None)
                     if amount is None:
-                        self.report.add(self.tree.line(schedule), f"service {name}: amount: "
-                                        "expected a whole number like 2, got "
-                                        f"{schedule.get('amount', '')[:40]!r}")
+                        self.report.add(
+                            self.tree.line(schedule),
+                            f"service {name}: amount: "
+                            "expected a whole number like 2, got "
+                            f"{schedule.get('amount', '')[:40]!r}",
+                        )
                         amount = 0
                     joins_at_start[name] = joins_at_start.get(name, 0) + amount
                 else:
@@ -210,8 +226,7 @@ class _Translator:
             if name is None:
                 self.report.add(self.tree.line(element), "<service>: missing attribute 'name'")
                 continue
-            body = {key: self.scalar(element, value) for key, value in attributes.items()
-                    if key != "command"}
+            body = {key: self.scalar(element, value) for key, value in attributes.items() if key != "command"}
             command = self.command(element, attributes.get("command"), name)
             if command is not None:
                 body["command"] = command
@@ -219,8 +234,7 @@ class _Translator:
                 # Kollaps starts a service with joins only when they happen.
                 body["replicas"] = self.scalar(element, joins_at_start.get(name, 0))
             elif "replicas" in body:
-                body["replicas"] = self.scalar(element, _int_or(attributes["replicas"],
-                                                                attributes["replicas"]))
+                body["replicas"] = self.scalar(element, _int_or(attributes["replicas"], attributes["replicas"]))
             items[name] = self.mapping(element, body)
         return self.mapping(section, items)
 
@@ -235,19 +249,19 @@ class _Translator:
             if not isinstance(words, list):
                 raise ValueError("not a list")
         except (ValueError, SyntaxError, MemoryError, RecursionError):
-            self.report.add(self.tree.line(element), f"service {name}: command: expected a "
-                            f"list like ['server', '0'], got {text[:60]!r}")
+            self.report.add(
+                self.tree.line(element),
+                f"service {name}: command: expected a list like ['server', '0'], got {text[:60]!r}",
+            )
             return None
-        return Node([self.scalar(element, str(word)) for word in words],
-                    self.tree.line(element))
+        return Node([self.scalar(element, str(word)) for word in words], self.tree.line(element))
 
     # ---- links and schedules -----------------------------------------------
 
     def links(self, elements: list[ET.Element]) -> list[Node]:
         """Kollaps may write a two-way link as two one-way links, one each way;
         Collapsar has one link per pair, so such twins become one link."""
-        one_way = {(e.get("origin"), e.get("dest")): e for e in elements
-                   if "download" not in e.attrib}
+        one_way = {(e.get("origin"), e.get("dest")): e for e in elements if "download" not in e.attrib}
         nodes, merged = [], set()
         for element in elements:
             if id(element) in merged:
@@ -255,8 +269,7 @@ class _Translator:
             node = self.link(element)
             twin = one_way.get((element.get("dest"), element.get("origin")))
             if "download" not in element.attrib and twin is not None and twin is not element:
-                same = all(element.get(key) == twin.get(key) for key in ("latency", "jitter",
-                                                                         "drop"))
+                same = all(element.get(key) == twin.get(key) for key in ("latency", "jitter", "drop"))
                 if same:
                     merged.add(id(twin))
                     del node.value["direction"]
@@ -277,15 +290,16 @@ class _Translator:
             body["direction"] = self.scalar(element, "one-way")
         return self.mapping(element, body)
 
-    def link_props(self, element: ET.Element, attributes: dict[str, str],
-                   label: str) -> dict[str, Node]:
+    def link_props(self, element: ET.Element, attributes: dict[str, str], label: str) -> dict[str, Node]:
         body = {}
         for source, key in (("latency", "latency"), ("jitter", "jitter")):
             if source in attributes:
                 text = attributes[source]
                 if not _NUMBER.match(text):
-                    self.report.add(self.tree.line(element), f"{label}: {source}: expected "
-                                    f"milliseconds like 10 or 0.5, got {text[:40]!r}")
+                    self.report.add(
+                        self.tree.line(element),
+                        f"{label}: {source}: expected milliseconds like 10 or 0.5, got {text[:40]!r}",
+                    )
                     continue
                 body[key] = self.scalar(element, f"{text.strip()}ms")
         for source, key in (("upload", "up"), ("download", "down"), ("drop", "loss")):
@@ -301,19 +315,18 @@ class _Translator:
         line = self.tree.line(element)
         seconds = _seconds(attributes.get("time"))
         if seconds is None:
-            self.report.add(line, "schedule: time: expected seconds like 10 or 2.5, got "
-                            f"{attributes.get('time', 'nothing')!r}")
+            self.report.add(
+                line, f"schedule: time: expected seconds like 10 or 2.5, got {attributes.get('time', 'nothing')!r}"
+            )
             return None
         body = {"at": self.scalar(element, f"{seconds!r}s" if seconds else 0)}
         if "name" in attributes:
             return self.named_event(element, attributes, body, seconds)
         if "origin" not in attributes or "dest" not in attributes:
-            self.report.add(line, "schedule: needs name (a service or bridge) or origin and "
-                            "dest (a link)")
+            self.report.add(line, "schedule: needs name (a service or bridge) or origin and dest (a link)")
             return None
         label = f"link {attributes['origin']} -> {attributes['dest']}"
-        body["link"] = Node([self.scalar(element, attributes[key]) for key in ("origin", "dest")],
-                            line)
+        body["link"] = Node([self.scalar(element, attributes[key]) for key in ("origin", "dest")], line)
         props = self.link_props(element, attributes, label)
         if "action" in attributes:
             body["action"] = self.scalar(element, attributes["action"])
@@ -328,8 +341,9 @@ class _Translator:
             return None
         return self.mapping(element, body)
 
-    def named_event(self, element: ET.Element, attributes: dict[str, str],
-                    body: dict[str, Node], seconds: float) -> Node | None:
+    def named_event(
+        self, element: ET.Element, attributes: dict[str, str], body: dict[str, Node], seconds: float
+    ) -> Node | None:
         name, action = attributes["name"], attributes.get("action")
         if name in self.supervisors:
             return None
@@ -340,8 +354,7 @@ class _Translator:
         if action is not None:
             body["action"] = self.scalar(element, action)
         if "amount" in attributes:
-            body["amount"] = self.scalar(element, _int_or(attributes["amount"],
-                                                          attributes["amount"]))
+            body["amount"] = self.scalar(element, _int_or(attributes["amount"], attributes["amount"]))
         return self.mapping(element, body)
 
     def is_bridge(self, name: str) -> bool:

@@ -202,7 +202,7 @@ def service_of(experiment: Experiment, instance: str) -> str:
         name = service.name
         if instance == name:
             return name
-        suffix = instance[len(name) + 1:]
+        suffix = instance[len(name) + 1 :]
         if instance.startswith(name + "-") and suffix.isdigit():
             return name
     raise CollapsarError(f"instance {instance}: belongs to no service of {experiment.source}")

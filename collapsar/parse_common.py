@@ -121,8 +121,11 @@ def text(report: Report, node: Node, label: str) -> str | None:
 def name(report: Report, node: Node, label: str) -> str | None:
     value = text(report, node, label)
     if value is not None and not _NAME.match(value):
-        report.add(node.line, f"{label}: {value[:70]!r} is not a valid name: use letters, "
-                   "digits and '-', not starting or ending with '-', at most 63 characters")
+        report.add(
+            node.line,
+            f"{label}: {value[:70]!r} is not a valid name: use letters, "
+            "digits and '-', not starting or ending with '-', at most 63 characters",
+        )
         return None
     return value
 
@@ -153,8 +156,7 @@ def is_valid_name(value: str) -> bool:
 def integer(report: Report, node: Node, label: str, low: int, high: int) -> int | None:
     value = node.value
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        report.add(node.line, f"{label}: expected a whole number from {low} to {high}, "
-                   f"got {describe(node)}")
+        report.add(node.line, f"{label}: expected a whole number from {low} to {high}, got {describe(node)}")
         return None
     return value
 

@@ -47,11 +47,9 @@ def parse_events(report: Report, node: Node | None, elements: Elements) -> list[
         targets = [key for key in TARGETS if key in item.value]
         if len(targets) != 1:
             if targets:
-                report.add(item.line, f"event: names both {targets[0]!r} and {targets[1]!r}; "
-                           "write one event for each")
+                report.add(item.line, f"event: names both {targets[0]!r} and {targets[1]!r}; write one event for each")
             else:
-                report.add(item.line, "event: needs one of service, instance, bridge, link "
-                           "or partition")
+                report.add(item.line, "event: needs one of service, instance, bridge, link or partition")
             continue
         kind = targets[0]
         label = _label(kind, item.value[kind])
@@ -65,16 +63,23 @@ def parse_events(report: Report, node: Node | None, elements: Elements) -> list[
         if len(pending) > pc.MAX_EVENTS:
             # Checked as they expand: a few aliased flap events in a tiny
             # file would otherwise build hundreds of thousands first.
-            report.add(item.line, f"events: expand to more than {pc.MAX_EVENTS} changes here "
-                       "(each flap change and each repeat through a YAML alias counts); "
-                       "make flap intervals longer or the timeline shorter")
+            report.add(
+                item.line,
+                f"events: expand to more than {pc.MAX_EVENTS} changes here "
+                "(each flap change and each repeat through a YAML alias counts); "
+                "make flap intervals longer or the timeline shorter",
+            )
             break
     return pending
 
 
 def _label(kind: str, target: Node) -> str:
-    if kind == "link" and target.is_list and len(target.value) == 2 and all(
-            end.is_scalar and end.text for end in target.value):
+    if (
+        kind == "link"
+        and target.is_list
+        and len(target.value) == 2
+        and all(end.is_scalar and end.text for end in target.value)
+    ):
         return f"link {target.value[0].text[:70]} -> {target.value[1].text[:70]}"
     if kind in ("service", "instance", "bridge") and target.is_scalar and target.text:
         return f"{kind} {target.text[:70]}"
@@ -104,8 +109,7 @@ def _split_instance(name: str, elements: Elements) -> str | None:
     return None
 
 
-def _unknown(report: Report, node: Node, label: str, name: str, elements: Elements,
-             wanted: str) -> None:
+def _unknown(report: Report, node: Node, label: str, name: str, elements: Elements, wanted: str) -> None:
     if name in elements.declared and name not in elements.where:
         return  # already reported where it is defined
     if wanted != "bridge" and name in elements.bridges:
@@ -114,8 +118,7 @@ def _unknown(report: Report, node: Node, label: str, name: str, elements: Elemen
         report.add(node.line, f"{label}: {name!r} is a service; write service: {name}")
     else:
         pool = elements.bridges if wanted == "bridge" else elements.services
-        report.add(node.line, f"{label}: unknown {wanted} {name[:70]!r}"
-                   f"{pc.did_you_mean(name, pool)}")
+        report.add(node.line, f"{label}: unknown {wanted} {name[:70]!r}{pc.did_you_mean(name, pool)}")
 
 
 def _service(report: Report, event: _Event, elements: Elements) -> list[Pending] | None:
@@ -139,12 +142,14 @@ def _service(report: Report, event: _Event, elements: Elements) -> list[Pending]
         return None
     if service != name:  # one instance, named like web-2
         if amount_node is not None:
-            report.add(amount_node.line, f"{event.label}: amount does not apply to one "
-                       f"instance; write service: {service} to pick {amount} of them")
+            report.add(
+                amount_node.line,
+                f"{event.label}: amount does not apply to one "
+                f"instance; write service: {service} to pick {amount} of them",
+            )
             return None
         return _instances(report, event, action, service, (name,))
-    return [Pending(event.at_us, "service", action, event.line, event.label,
-                    service=service, amount=amount)]
+    return [Pending(event.at_us, "service", action, event.line, event.label, service=service, amount=amount)]
 
 
 def _instance(report: Report, event: _Event, elements: Elements) -> list[Pending] | None:
@@ -158,30 +163,33 @@ def _instance(report: Report, event: _Event, elements: Elements) -> list[Pending
         name = pc.text(report, item, event.label)
         service = _split_instance(name, elements) if name else None
         if name and service is None:
-            report.add(item.line, f"{event.label}: {name[:70]!r} is not an instance of a "
-                       "service (instances are named web, web-2, web-3, ...)")
+            report.add(
+                item.line,
+                f"{event.label}: {name[:70]!r} is not an instance of a "
+                "service (instances are named web, web-2, web-3, ...)",
+            )
         if name is None or service is None:
             return None
         names.append(name)
         services.add(service)
     if len(services) != 1 or len(set(names)) != len(names):
         what = "the same instance twice" if len(services) == 1 else "instances of two services"
-        report.add(node.line, f"{event.label}: names {what}; one event acts on distinct "
-                   "instances of one service")
+        report.add(node.line, f"{event.label}: names {what}; one event acts on distinct instances of one service")
         return None
     if action is None:
         return None
     return _instances(report, event, action, services.pop(), tuple(names))
 
 
-def _instances(report: Report, event: _Event, action: str, service: str,
-               names: tuple[str, ...]) -> list[Pending] | None:
+def _instances(
+    report: Report, event: _Event, action: str, service: str, names: tuple[str, ...]
+) -> list[Pending] | None:
     if action == "join":
-        report.add(event.line, f"{event.label}: join creates new instances with the next free "
-                   f"names; write service: {service}")
+        report.add(
+            event.line, f"{event.label}: join creates new instances with the next free names; write service: {service}"
+        )
         return None
-    return [Pending(event.at_us, "instance", action, event.line, event.label,
-                    service=service, instances=names)]
+    return [Pending(event.at_us, "instance", action, event.line, event.label, service=service, instances=names)]
 
 
 def _bridge(report: Report, event: _Event, elements: Elements) -> list[Pending] | None:
@@ -199,15 +207,13 @@ def _bridge(report: Report, event: _Event, elements: Elements) -> list[Pending] 
 
 def _pair(report: Report, node: Node, label: str, elements: Elements) -> tuple[str, str] | None:
     if not node.is_list or len(node.value) != 2:
-        report.add(node.line, f"{label}: expected the two ends of a link like [s1, s2], "
-                   f"got {pc.describe(node)}")
+        report.add(node.line, f"{label}: expected the two ends of a link like [s1, s2], got {pc.describe(node)}")
         return None
     names = [pc.text(report, end, label) for end in node.value]
     for end, name in zip(node.value, names):
         if name is not None and name not in elements.where:
             if name not in elements.declared:
-                report.add(end.line, f"{label}: unknown element {name[:70]!r}"
-                           f"{pc.did_you_mean(name, elements.where)}")
+                report.add(end.line, f"{label}: unknown element {name[:70]!r}{pc.did_you_mean(name, elements.where)}")
             return None
     first, second = names
     if first is None or second is None:
@@ -225,8 +231,7 @@ def _link(report: Report, event: _Event, elements: Elements) -> list[Pending] | 
     pair = _pair(report, fields["link"], event.label, elements)
     if len(modes) != 1:
         what = "only one of" if modes else "one of"
-        report.add(event.line, f"{event.label}: needs {what} action (join or leave), set "
-                   "or flap")
+        report.add(event.line, f"{event.label}: needs {what} action (join or leave), set or flap")
         return None
     if pair is None:
         return None
@@ -241,8 +246,10 @@ def _link(report: Report, event: _Event, elements: Elements) -> list[Pending] | 
     action = _action(report, event, ("join", "leave"))
     written = [key for key in (*PROP_KEYS, "direction") if key in fields]
     if action == "leave" and written:
-        report.add(fields[written[0]].line, f"{event.label}: {written[0]} only goes with a "
-                   "join (a join with properties creates a new link)")
+        report.add(
+            fields[written[0]].line,
+            f"{event.label}: {written[0]} only goes with a join (a join with properties creates a new link)",
+        )
         return None
     new_link = None
     if action == "join" and written:
@@ -253,8 +260,7 @@ def _link(report: Report, event: _Event, elements: Elements) -> list[Pending] | 
         new_link = (values, one_way)
     if action is None:
         return None
-    return [Pending(event.at_us, "link", action, event.line, event.label, pair=pair,
-                    new_link=new_link)]
+    return [Pending(event.at_us, "link", action, event.line, event.label, pair=pair, new_link=new_link)]
 
 
 def _set_values(report: Report, node: Node, label: str) -> PropValues | None:
@@ -282,17 +288,19 @@ def _flap(report: Report, event: _Event, pair: tuple[str, str]) -> list[Pending]
     if every_node is None or until_node is None or not every or until is None:
         return None
     if until <= event.at_us:
-        report.add(until_node.line, f"{label}: until ({fmt_time(until)}) must come after "
-                   f"at ({fmt_time(event.at_us)})")
+        report.add(until_node.line, f"{label}: until ({fmt_time(until)}) must come after at ({fmt_time(event.at_us)})")
         return None
     changes = -(-(until - event.at_us) // every)
     if changes > MAX_FLAP_CHANGES:
-        report.add(every_node.line, f"{label}: would change the link {changes} times; at "
-                   f"most {MAX_FLAP_CHANGES} (make every longer)")
+        report.add(
+            every_node.line,
+            f"{label}: would change the link {changes} times; at most {MAX_FLAP_CHANGES} (make every longer)",
+        )
         return None
     actions = ("leave", "join")
-    result = [Pending(event.at_us + k * every, "link", actions[k % 2], event.line, label,
-                      pair=pair) for k in range(changes)]
+    result = [
+        Pending(event.at_us + k * every, "link", actions[k % 2], event.line, label, pair=pair) for k in range(changes)
+    ]
     if changes % 2:  # it is down after the last change: a flap always ends with the link up
         result.append(Pending(until, "link", "join", event.line, label, pair=pair))
     return result
@@ -307,28 +315,25 @@ def _partition(report: Report, event: _Event, elements: Elements) -> list[Pendin
     until_node = event.node.value.get("until")
     until = _time(report, until_node, f"{label}: until") if until_node is not None else None
     if action == "heal" and until_node is not None:
-        report.add(until_node.line, f"{label}: until goes with the start of a partition, "
-                   "not with a heal")
+        report.add(until_node.line, f"{label}: until goes with the start of a partition, not with a heal")
         return None
     if until is not None and until_node is not None and until <= event.at_us:
-        report.add(until_node.line, f"{label}: until ({fmt_time(until)}) must come after at "
-                   f"({fmt_time(event.at_us)})")
+        report.add(until_node.line, f"{label}: until ({fmt_time(until)}) must come after at ({fmt_time(event.at_us)})")
         return None
-    if groups is None or (action_node is not None and action is None) \
-            or (until_node is not None and until is None):
+    if groups is None or (action_node is not None and action is None) or (until_node is not None and until is None):
         return None
-    result = [Pending(event.at_us, "partition", action or "start", event.line, label,
-                      groups=groups)]
+    result = [Pending(event.at_us, "partition", action or "start", event.line, label, groups=groups)]
     if until_node is not None and until is not None:
         result.append(Pending(until, "partition", "heal", event.line, label, groups=groups))
     return result
 
 
-def _groups(report: Report, node: Node, label: str,
-            elements: Elements) -> tuple[frozenset[str], ...] | None:
+def _groups(report: Report, node: Node, label: str, elements: Elements) -> tuple[frozenset[str], ...] | None:
     if not node.is_list or len(node.value) < 2:
-        report.add(node.line, f"{label}: expected two or more groups of services like "
-                   f"[[client], [server, db]], got {pc.describe(node)}")
+        report.add(
+            node.line,
+            f"{label}: expected two or more groups of services like [[client], [server, db]], got {pc.describe(node)}",
+        )
         return None
     groups, seen, ok = [], {}, True
     for group_node in node.value:
@@ -355,6 +360,9 @@ def _groups(report: Report, node: Node, label: str,
 
 
 _READERS = {
-    "service": _service, "instance": _instance, "bridge": _bridge,
-    "link": _link, "partition": _partition,
+    "service": _service,
+    "instance": _instance,
+    "bridge": _bridge,
+    "link": _link,
+    "partition": _partition,
 }

@@ -23,8 +23,12 @@ PROP_KEYS = ("latency", "jitter", "distribution", "loss", "bandwidth", "up", "do
 LINK_KEYS = ("from", "to", *PROP_KEYS, "direction")
 DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
 _PARSERS = {
-    "latency": parse_link_delay_us, "jitter": parse_link_delay_us, "loss": parse_loss_ratio,
-    "bandwidth": parse_rate_bps, "up": parse_rate_bps, "down": parse_rate_bps,
+    "latency": parse_link_delay_us,
+    "jitter": parse_link_delay_us,
+    "loss": parse_loss_ratio,
+    "bandwidth": parse_rate_bps,
+    "up": parse_rate_bps,
+    "down": parse_rate_bps,
 }
 
 
@@ -60,8 +64,7 @@ def read_props(report: Report, node: Node, label: str) -> PropValues | None:
         setattr(values, key, value)
     if values.bandwidth is not None and (values.up is not None or values.down is not None):
         other = "up" if values.up is not None else "down"
-        report.add(values.lines[other], f"{label}: use either bandwidth (both directions) "
-                   "or up/down, not both")
+        report.add(values.lines[other], f"{label}: use either bandwidth (both directions) or up/down, not both")
         ok = False
     return values if ok else None
 
@@ -70,15 +73,17 @@ def check_delays(report: Report, line: int, label: str, delay_us: int, jitter_us
     """Jitter above the delay would make netem clip negative delays to zero,
     which silently changes both the mean and the distribution: reject it."""
     if jitter_us > delay_us:
-        report.add(line, f"{label}: jitter ({format_duration_us(jitter_us)}) must not exceed "
-                   f"the latency ({format_duration_us(delay_us)}); delays below zero "
-                   "would be clipped")
+        report.add(
+            line,
+            f"{label}: jitter ({format_duration_us(jitter_us)}) must not exceed "
+            f"the latency ({format_duration_us(delay_us)}); delays below zero "
+            "would be clipped",
+        )
         return False
     return True
 
 
-def build_spec(report: Report, a: str, b: str, values: PropValues, one_way: bool,
-               label: str, where) -> LinkSpec | None:
+def build_spec(report: Report, a: str, b: str, values: PropValues, one_way: bool, label: str, where) -> LinkSpec | None:
     """A whole new link from its written properties."""
     lines = values.lines
     if values.jitter and not values.latency:
@@ -88,19 +93,21 @@ def build_spec(report: Report, a: str, b: str, values: PropValues, one_way: bool
         report.add(lines["distribution"], f"{label}: distribution needs a jitter")
         return None
     if one_way and values.down is not None:
-        report.add(lines["down"], f"{label}: a one-way link has no down direction; "
-                   "use up or bandwidth")
+        report.add(lines["down"], f"{label}: a one-way link has no down direction; use up or bandwidth")
         return None
     delay_us, jitter_us = values.latency or 0, values.jitter or 0
     if not check_delays(report, lines.get("jitter", 0), label, delay_us, jitter_us):
         return None
     # LinkProps' keyword arguments but the rate
-    common: dict[str, Any] = dict(delay_us=delay_us, jitter_us=jitter_us,
-                                  distribution=values.distribution or "normal", loss_ratio=values.loss or 0.0)
+    common: dict[str, Any] = dict(
+        delay_us=delay_us,
+        jitter_us=jitter_us,
+        distribution=values.distribution or "normal",
+        loss_ratio=values.loss or 0.0,
+    )
     both = values.bandwidth
     up = LinkProps(**common, rate_bps=both if both is not None else values.up)
-    down = None if one_way else LinkProps(
-        **common, rate_bps=both if both is not None else values.down)
+    down = None if one_way else LinkProps(**common, rate_bps=both if both is not None else values.down)
     return LinkSpec(a, b, up, down, where)
 
 
@@ -141,8 +148,9 @@ def parse_links(report: Report, node: Node | None, elements: Elements) -> list[L
             continue
         pc.check_keys(report, item, LINK_KEYS, label)
         ends = [pc.required(report, item, key, label) for key in ("from", "to")]
-        names = [element(report, end, f"{label}: {key}", elements) if end else None
-                 for end, key in zip(ends, ("from", "to"))]
+        names = [
+            element(report, end, f"{label}: {key}", elements) if end else None for end, key in zip(ends, ("from", "to"))
+        ]
         one_way = read_direction(report, item, label)
         values = read_props(report, item, label)
         a, b = names
@@ -153,8 +161,7 @@ def parse_links(report: Report, node: Node | None, elements: Elements) -> list[L
             continue
         key = frozenset((a, b))
         if key in first_line:
-            report.add(item.line, f"{label}: a link between {a} and {b} already exists "
-                       f"(line {first_line[key]})")
+            report.add(item.line, f"{label}: a link between {a} and {b} already exists (line {first_line[key]})")
             continue
         spec = build_spec(report, a, b, values, one_way, label, report.where(item.line))
         if spec is not None:

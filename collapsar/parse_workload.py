@@ -29,8 +29,23 @@ from .yamlsrc import Node
 
 KINDS = ("node", "client")
 NODE_KEYS = ("threads", "port", "proto", "storage", "max-storage", "sync-period", "trace")
-CLIENT_KEYS = ("to", "proto", "rate", "requests", "duration", "threads", "sessions", "seed",
-               "timeout", "request-size", "reply-size", "json", "output", "trace", "chain")
+CLIENT_KEYS = (
+    "to",
+    "proto",
+    "rate",
+    "requests",
+    "duration",
+    "threads",
+    "sessions",
+    "seed",
+    "timeout",
+    "request-size",
+    "reply-size",
+    "json",
+    "output",
+    "trace",
+    "chain",
+)
 # An operation is a mapping with one of these keys (its amount or targets)
 # and that operation's modifiers.
 OPERATIONS = {
@@ -51,8 +66,11 @@ def compile_workload(report: Report, node: Node, label: str) -> tuple[str, ...] 
     if node.is_scalar and node.value in KINDS:  # `workload: node`, a node with every default
         node = Node({node.value: Node(None, node.line)}, node.line, key_lines={node.value: node.line})
     if not node.is_mapping:
-        report.add(node.line, f"{label}: expected node, or a mapping like {{node: {{threads: 2}}}} "
-                   f"or {{client: {{to: web, ...}}}}, got {pc.describe(node)}")
+        report.add(
+            node.line,
+            f"{label}: expected node, or a mapping like {{node: {{threads: 2}}}} "
+            f"or {{client: {{to: web, ...}}}}, got {pc.describe(node)}",
+        )
         return None
     kinds = [kind for kind in KINDS if kind in node.value]
     before = len(report.problems)
@@ -74,6 +92,7 @@ def compile_workload(report: Report, node: Node, label: str) -> tuple[str, ...] 
 
 
 # ---- wl-node ----------------------------------------------------------------
+
 
 def _node(report: Report, body: Node, label: str) -> list[str]:
     pc.check_keys(report, body, NODE_KEYS, label)
@@ -97,6 +116,7 @@ def _node(report: Report, body: Node, label: str) -> list[str]:
 
 
 # ---- wl-client --------------------------------------------------------------
+
 
 def _client(report: Report, body: Node, label: str) -> list[str]:
     pc.check_keys(report, body, CLIENT_KEYS, label)
@@ -143,23 +163,28 @@ def _how_many(report: Report, body: Node, rate: Fraction | None, label: str) -> 
     if "requests" in fields:
         return ["-n", wv.count(report, fields["requests"], f"{label}: requests", 1, 2**40 - 1)]
     if "duration" not in fields:
-        report.add(body.line, f"{label}: needs requests (how many each thread sends) or a duration "
-                   "with a rate")
+        report.add(body.line, f"{label}: needs requests (how many each thread sends) or a duration with a rate")
         return []
     node = fields["duration"]
     duration_us = pc.unit(report, node, f"{label}: duration", parse_duration_us)
     if duration_us is None:
         return []
     if "rate" not in fields:
-        report.add(node.line, f"{label}: duration needs a rate (a client without one sends each "
-                   "request when the last reply is in: give requests instead)")
+        report.add(
+            node.line,
+            f"{label}: duration needs a rate (a client without one sends each "
+            "request when the last reply is in: give requests instead)",
+        )
         return []
     if rate is None:
         return []
     count = rate * duration_us / 1_000_000
     if count.denominator != 1 or count < 1:
-        report.add(node.line, f"{label}: duration: {wv.decimal(rate)}/s for {pc.describe(node)} is "
-                   f"{float(count):g} requests; expected a whole number, at least 1")
+        report.add(
+            node.line,
+            f"{label}: duration: {wv.decimal(rate)}/s for {pc.describe(node)} is "
+            f"{float(count):g} requests; expected a whole number, at least 1",
+        )
         return []
     return ["-n", str(count.numerator)]
 
@@ -170,8 +195,9 @@ def _chain(report: Report, node: Node, label: str, depth: int) -> list[str]:
         report.add(node.line, f"{label.split('[', 1)[0]}: forwards nested more than {MAX_NESTING} deep")
         return []
     if not node.is_list:
-        report.add(node.line, f"{label}: expected a list of operations like - {{compute: 1ms}}, "
-                   f"got {pc.describe(node)}")
+        report.add(
+            node.line, f"{label}: expected a list of operations like - {{compute: 1ms}}, got {pc.describe(node)}"
+        )
         return []
     words: list[str] = []
     for index, item in enumerate(node.value):
@@ -213,8 +239,11 @@ def _forward(report: Report, item: Node, label: str, depth: int) -> list[str]:
     fields = item.value
     to = fields["forward"]
     if to.is_mapping:
-        report.add(to.line, f"{label}: expected the targets as forward's value (a name or a list "
-                   "of names), with quorum, chain and the rest beside forward, got a mapping")
+        report.add(
+            to.line,
+            f"{label}: expected the targets as forward's value (a name or a list "
+            "of names), with quorum, chain and the rest beside forward, got a mapping",
+        )
         return []
     names = to.value if to.is_list else [to]
     targets = [wv.target(report, name, label) for name in names]
@@ -231,8 +260,10 @@ def _forward(report: Report, item: Node, label: str, depth: int) -> list[str]:
         if key in fields:
             spec += f",{word}={wv.size(report, fields[key], f'{label}: {key}')}"
     if "chain" in fields and "branches" in fields:
-        report.add(fields["branches"].line, f"{label}: use either chain (one for every target) "
-                   "or branches (one per target), not both")
+        report.add(
+            fields["branches"].line,
+            f"{label}: use either chain (one for every target) or branches (one per target), not both",
+        )
         return []
     words = ["-F", spec]
     if "branches" in fields:
@@ -246,8 +277,7 @@ def _forward(report: Report, item: Node, label: str, depth: int) -> list[str]:
 def _branches(report: Report, node: Node, label: str, ntargets: int, depth: int) -> list[str]:
     if not node.is_list or len(node.value) != ntargets:
         got = f"{len(node.value)}" if node.is_list else pc.describe(node)
-        report.add(node.line, f"{label}: expected a list of {ntargets} chains, one per target in "
-                   f"order, got {got}")
+        report.add(node.line, f"{label}: expected a list of {ntargets} chains, one per target in order, got {got}")
         return []
     words: list[str] = []
     for index, chain in enumerate(node.value):
@@ -258,6 +288,7 @@ def _branches(report: Report, node: Node, label: str, ntargets: int, depth: int)
 
 
 # ---- values of the form's own (the rest: collapsar.wl_values) ----------------
+
 
 def _sync(report: Report, node: Node, label: str) -> str | None:
     """true: fsync before replying; periodic: the node's --sync timer; false: none."""

@@ -42,8 +42,9 @@ def parse_file(path: str | os.PathLike) -> Experiment:
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         byte = data[error.start]
-        raise TopologyError([Problem(Where(source, line), f"not UTF-8 text (byte 0x{byte:02x});"
-                                     " save the file as UTF-8")]) from error
+        raise TopologyError(
+            [Problem(Where(source, line), f"not UTF-8 text (byte 0x{byte:02x}); save the file as UTF-8")]
+        ) from error
     return parse_text(text, source)
 
 
@@ -63,8 +64,11 @@ def parse_tree(report: Report, root: Node) -> Experiment:
     """Validate an already loaded document (YAML, or XML translated to Nodes)."""
     source = report.source
     if not root.is_mapping:
-        report.add(root.line, "expected a mapping with experiment, services, bridges, links "
-                   f"and events at the top, got {pc.describe(root)}")
+        report.add(
+            root.line,
+            "expected a mapping with experiment, services, bridges, links "
+            f"and events at the top, got {pc.describe(root)}",
+        )
         report.raise_if_any()
     # Keys starting with x- are free for YAML anchors (link templates and such).
     templates = [key for key in root.value if key.startswith("x-")]
@@ -83,8 +87,7 @@ def parse_tree(report: Report, root: Node) -> Experiment:
     report.raise_if_any()
     _check_total_instances(report, root, services, events)
     report.raise_if_any()
-    return Experiment(settings, tuple(services), tuple(bridges), tuple(links),
-                      tuple(events), source)
+    return Experiment(settings, tuple(services), tuple(bridges), tuple(links), tuple(events), source)
 
 
 def _check_total_instances(report: Report, root: Node, services: list[Service], events) -> None:
@@ -93,16 +96,24 @@ def _check_total_instances(report: Report, root: Node, services: list[Service], 
     present = set()
     if initial <= pc.MAX_TOTAL_INSTANCES:  # else naming them all is what the cap prevents
         present = {instance_name(s.name, i) for s in services for i in range(1, s.replicas + 1)}
-    joined = {target for event in events if isinstance(event, ServiceEvent) and event.action == "join"
-              for target in event.targets} - present
+    joined = {
+        target
+        for event in events
+        if isinstance(event, ServiceEvent) and event.action == "join"
+        for target in event.targets
+    } - present
     total = initial + len(joined)
     if total > pc.MAX_TOTAL_INSTANCES:
-        report.add(root.key_lines.get("services", 1), f"services: {total} instances in all "
-                   f"({initial} at the start, {len(joined)} joining later), more than the "
-                   f"{pc.MAX_TOTAL_INSTANCES} an experiment may have")
+        report.add(
+            root.key_lines.get("services", 1),
+            f"services: {total} instances in all "
+            f"({initial} at the start, {len(joined)} joining later), more than the "
+            f"{pc.MAX_TOTAL_INSTANCES} an experiment may have",
+        )
 
 
 # ---- experiment: ------------------------------------------------------------
+
 
 def _settings(report: Report, root: Node, source: str) -> Settings:
     node = root.value.get("experiment")
@@ -129,13 +140,16 @@ def _settings(report: Report, root: Node, source: str) -> Settings:
 def _period(report: Report, node: Node, label: str) -> int | None:
     period_us = pc.unit(report, node, label, parse_duration_us)
     if period_us is not None and period_us < 1000:
-        report.add(node.line, f"{label}: expected at least 1ms (default "
-                   f"{DEFAULT_PERIOD_US // 1000}ms), got {pc.describe(node)}")
+        report.add(
+            node.line,
+            f"{label}: expected at least 1ms (default {DEFAULT_PERIOD_US // 1000}ms), got {pc.describe(node)}",
+        )
         return None
     return period_us
 
 
 # ---- services: --------------------------------------------------------------
+
 
 def _services(report: Report, root: Node) -> list[Service]:
     node = root.value.get("services")
@@ -150,8 +164,11 @@ def _services(report: Report, root: Node) -> list[Service]:
         line = node.key_lines[name]
         label = f"service {name}"
         if not pc.is_valid_name(name):
-            report.add(line, f"service {name[:70]!r}: not a valid name: use letters, digits "
-                       "and '-', not starting or ending with '-', at most 63 characters")
+            report.add(
+                line,
+                f"service {name[:70]!r}: not a valid name: use letters, digits "
+                "and '-', not starting or ending with '-', at most 63 characters",
+            )
             continue
         services.append(_service(report, name, body, label, line))
     return services
@@ -168,8 +185,10 @@ def _service(report: Report, name: str, body: Node, label: str, line: int) -> Se
     fields = body.value
     values: dict[str, Any] = {}  # Service's keyword arguments
     if "command" in fields and "workload" in fields:
-        report.add(body.key_lines["workload"], f"{label}: use either command or workload (the "
-                   "YAML form of a wl-node or wl-client command), not both")
+        report.add(
+            body.key_lines["workload"],
+            f"{label}: use either command or workload (the YAML form of a wl-node or wl-client command), not both",
+        )
     elif "command" in fields:
         values["command"] = _command(report, fields["command"], f"{label}: command")
         values["command_origin"] = CommandOrigin("command", report.where(body.key_lines["command"]))
@@ -180,18 +199,18 @@ def _service(report: Report, name: str, body: Node, label: str, line: int) -> Se
         if key in fields:
             values[key] = pc.text(report, fields[key], f"{label}: {key}")
     if values.get("workdir") and not values["workdir"].startswith("/"):
-        report.add(fields["workdir"].line, f"{label}: workdir: expected an absolute path "
-                   f"like /tmp, got {pc.describe(fields['workdir'])}")
+        report.add(
+            fields["workdir"].line,
+            f"{label}: workdir: expected an absolute path like /tmp, got {pc.describe(fields['workdir'])}",
+        )
     if "replicas" in fields:
-        values["replicas"] = pc.integer(report, fields["replicas"], f"{label}: replicas",
-                                        0, pc.MAX_INSTANCES)
+        values["replicas"] = pc.integer(report, fields["replicas"], f"{label}: replicas", 0, pc.MAX_INSTANCES)
     if "env" in fields:
         values["env"] = _env(report, fields["env"], f"{label}: env")
     if "cpus" in fields:
         values["cpus"] = _cpus(report, fields["cpus"], f"{label}: cpus")
     if "memory" in fields:
-        values["memory_bytes"] = pc.unit(report, fields["memory"], f"{label}: memory",
-                                         parse_size_bytes)
+        values["memory_bytes"] = pc.unit(report, fields["memory"], f"{label}: memory", parse_size_bytes)
     if not (fields.get("command") or fields.get("workload") or fields.get("image")):
         report.add(line, f"{label}: needs a command (or an image for the Docker modes)")
     kept = {key: value for key, value in values.items() if value is not None}
@@ -205,8 +224,7 @@ def _command(report: Report, node: Node, label: str) -> tuple[str, ...] | None:
         for index, item in enumerate(node.value):
             word = pc.text(report, item, f"{label}[{index}]") if item.is_scalar else None
             if not item.is_scalar:
-                report.add(item.line, f"{label}[{index}]: expected a string, "
-                           f"got {pc.describe(item)}")
+                report.add(item.line, f"{label}[{index}]: expected a string, got {pc.describe(item)}")
             words.append(word)
         if None in words:
             return None
@@ -220,8 +238,9 @@ def _command(report: Report, node: Node, label: str) -> tuple[str, ...] | None:
     try:
         split = shlex.split(line)
     except ValueError as error:
-        report.add(node.line, f"{label}: cannot split {pc.describe(node)} into words: "
-                   f"{str(error).lower()}; write it as a list")
+        report.add(
+            node.line, f"{label}: cannot split {pc.describe(node)} into words: {str(error).lower()}; write it as a list"
+        )
         return None
     return tuple(split)
 
@@ -232,8 +251,11 @@ def _env(report: Report, node: Node, label: str) -> dict[str, str] | None:
     env = {}
     for key, value in node.value.items():
         if not _ENV_NAME.match(key):
-            report.add(node.key_lines[key], f"{label}: {key[:70]!r} is not a valid variable "
-                       "name (letters, digits and '_', not starting with a digit)")
+            report.add(
+                node.key_lines[key],
+                f"{label}: {key[:70]!r} is not a valid variable "
+                "name (letters, digits and '_', not starting with a digit)",
+            )
         elif value.is_scalar and value.value is None:
             env[key] = ""
         else:
@@ -245,15 +267,19 @@ def _env(report: Report, node: Node, label: str) -> dict[str, str] | None:
 
 def _cpus(report: Report, node: Node, label: str) -> float | None:
     value = node.value
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or not 0 < value <= 1024):
-        report.add(node.line, f"{label}: expected a number of CPUs above 0 like 0.5 or 2, "
-                   f"got {pc.describe(node)}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 < value <= 1024
+    ):
+        report.add(node.line, f"{label}: expected a number of CPUs above 0 like 0.5 or 2, got {pc.describe(node)}")
         return None
     return float(value)
 
 
 # ---- bridges: and the shared namespace ---------------------------------------
+
 
 def _bridges(report: Report, root: Node) -> list[Bridge]:
     items = pc.section_list(report, root.value.get("bridges"), "bridges", "names like [s1, s2]")
@@ -289,11 +315,9 @@ def _elements(report: Report, services: list[Service], bridges: list[Bridge]) ->
         if first is not None:
             other = "service" if element.name in elements.services else "bridge"
             if other == kind:
-                report.add(here.line, f"{kind} {element.name}: defined twice (first "
-                           f"at line {first.line})")
+                report.add(here.line, f"{kind} {element.name}: defined twice (first at line {first.line})")
             else:
-                report.add(here.line, f"{kind} {element.name}: name already used by "
-                           f"the {other} at line {first.line}")
+                report.add(here.line, f"{kind} {element.name}: name already used by the {other} at line {first.line}")
             continue
         elements.where[element.name] = here
         if isinstance(element, Service):
@@ -307,7 +331,10 @@ def _elements(report: Report, services: list[Service], bridges: list[Bridge]) ->
         base = match.group(1)
         if base in elements.services and instance_name(base, int(match.group(2))) == name:
             kind = "service" if name in elements.services else "bridge"
-            report.add(where.line, f"{kind} {name}: name collides with instance "
-                       f"{int(match.group(2))} of service {base!r} (instances are named "
-                       f"{base}, {base}-2, {base}-3, ...)")
+            report.add(
+                where.line,
+                f"{kind} {name}: name collides with instance "
+                f"{int(match.group(2))} of service {base!r} (instances are named "
+                f"{base}, {base}-2, {base}-3, ...)",
+            )
     return elements

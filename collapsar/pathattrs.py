@@ -42,9 +42,14 @@ class Folded:
     @classmethod
     def identity(cls, shape: tuple[int, ...]) -> Folded:
         """The fold of an empty path, the start of every path."""
-        return cls(np.zeros(shape, np.int64), np.zeros(shape, np.int64),
-                   np.ones(shape, np.float64), np.full(shape, NO_RATE, np.int64),
-                   np.zeros(shape, np.int64), np.zeros(shape, np.int8))
+        return cls(
+            np.zeros(shape, np.int64),
+            np.zeros(shape, np.int64),
+            np.ones(shape, np.float64),
+            np.full(shape, NO_RATE, np.int64),
+            np.zeros(shape, np.int64),
+            np.zeros(shape, np.int8),
+        )
 
     def jitter_us(self) -> np.ndarray:
         return np.rint(np.sqrt(self.jitter_sq)).astype(np.int64)
@@ -54,8 +59,7 @@ class Folded:
             mine[index] = theirs
 
     def _arrays(self) -> tuple[np.ndarray, ...]:
-        return (self.delay_us, self.jitter_sq, self.keep, self.rate_bps, self.max_jitter,
-                self.dist_code)
+        return (self.delay_us, self.jitter_sq, self.keep, self.rate_bps, self.max_jitter, self.dist_code)
 
 
 def _extend(parent: Folded, at: np.ndarray, link: np.ndarray, cond: Conditions) -> Folded:
@@ -87,8 +91,7 @@ def fold_core(in_core: np.ndarray, hops: np.ndarray, cond: Conditions) -> Folded
     k, bridges = in_core.shape
     folded = Folded.identity((k, bridges + 1))
     if k and bridges:
-        refold_core(folded, np.arange(k * bridges), in_core, hops, cond,
-                    np.zeros((k, bridges + 1), bool))
+        refold_core(folded, np.arange(k * bridges), in_core, hops, cond, np.zeros((k, bridges + 1), bool))
     return folded
 
 
@@ -98,13 +101,11 @@ def fold_sinks(core: Folded, in_sink: np.ndarray, cond: Conditions) -> Folded:
     if in_sink.size == 0 or len(cond.delay_us) == 0:
         return Folded.identity(in_sink.shape)
     entries = np.arange(in_sink.size)
-    folded, _ = fold_sink_entries(core, entries, in_sink.ravel().astype(np.int64),
-                                  in_sink.shape[1], cond)
+    folded, _ = fold_sink_entries(core, entries, in_sink.ravel().astype(np.int64), in_sink.shape[1], cond)
     return Folded(*(a.reshape(in_sink.shape) for a in folded._arrays()))
 
 
-def walk(in_core_row: np.ndarray, in_sink_link: int, link_src: np.ndarray,
-         bridge_count: int) -> tuple[int, ...]:
+def walk(in_core_row: np.ndarray, in_sink_link: int, link_src: np.ndarray, bridge_count: int) -> tuple[int, ...]:
     """The link ids of one path, source first, from its implicit tree."""
     ids = [int(in_sink_link)]
     node = int(link_src[in_sink_link])
@@ -116,8 +117,9 @@ def walk(in_core_row: np.ndarray, in_sink_link: int, link_src: np.ndarray,
     return tuple(ids)
 
 
-def refold_core(core: Folded, entries: np.ndarray, in_core: np.ndarray, hops: np.ndarray,
-                cond: Conditions, moved: np.ndarray) -> None:
+def refold_core(
+    core: Folded, entries: np.ndarray, in_core: np.ndarray, hops: np.ndarray, cond: Conditions, moved: np.ndarray
+) -> None:
     """Fold again the bridge `entries` (flat `row * B + bridge`, closed under
     descendants), in place in `core` (k, B + 1).  `moved` (k, B + 1) comes in
     marking entries whose own entering link changed and goes out marking
@@ -133,7 +135,7 @@ def refold_core(core: Folded, entries: np.ndarray, in_core: np.ndarray, hops: np
     flat_in, flat_moved = in_core.ravel(), moved.ravel()
     arrays = core._arrays()
     for count in counts[1:]:
-        at = order[start:start + count]
+        at = order[start : start + count]
         start += int(count)
         link = flat_in[entries[at]].astype(np.int64)
         child = rows[at] * width + cols[at]
@@ -144,8 +146,9 @@ def refold_core(core: Folded, entries: np.ndarray, in_core: np.ndarray, hops: np
         flat_moved[child] |= flat_moved[parent]
 
 
-def fold_sink_entries(core: Folded, entries: np.ndarray, links: np.ndarray,
-                      instance_count: int, cond: Conditions) -> tuple[Folded, np.ndarray]:
+def fold_sink_entries(
+    core: Folded, entries: np.ndarray, links: np.ndarray, instance_count: int, cond: Conditions
+) -> tuple[Folded, np.ndarray]:
     """Folded properties of sink `entries` (flat `row * I + instance`) entered
     by `links` (-1: none; its fold is then meaningless); returns (1-D folds,
     flat parent positions in `core`)."""

@@ -100,8 +100,9 @@ class _Link:
     left_at: int = 0
 
 
-def resolve(report: Report, pending: list[Pending], elements: Elements,
-            links: list[LinkSpec], seed: int) -> list[Event]:
+def resolve(
+    report: Report, pending: list[Pending], elements: Elements, links: list[LinkSpec], seed: int
+) -> list[Event]:
     return _Replay(report, elements, links, seed).run(pending)
 
 
@@ -110,9 +111,9 @@ class _Replay:
         self.report = report
         self.rng = random.Random(seed)
         self.instances = {
-            name: _Instances(service.replicas + 1,
-                             [instance_name(name, i) for i in range(1, service.replicas + 1)])
-            for name, service in elements.services.items()}
+            name: _Instances(service.replicas + 1, [instance_name(name, i) for i in range(1, service.replicas + 1)])
+            for name, service in elements.services.items()
+        }
         self.bridges_left: dict[str, int] = {}
         self.links = {spec.key: _Link(spec) for spec in links}
         self.partitions: set[tuple[frozenset[str], ...]] = set()
@@ -121,8 +122,14 @@ class _Replay:
         self.report.add(p.line, f"{p.label}: cannot {p.action} at {fmt_time(p.at_us)}: {reason}")
 
     def run(self, pending: list[Pending]) -> list[Event]:
-        handlers = {"service": self.service, "instance": self.instance, "bridge": self.bridge,
-                    "link": self.link, "set": self.set, "partition": self.partition}
+        handlers = {
+            "service": self.service,
+            "instance": self.instance,
+            "bridge": self.bridge,
+            "link": self.link,
+            "set": self.set,
+            "partition": self.partition,
+        }
         events = []
         for p in sorted(pending, key=attrgetter("at_us")):
             event = handlers[p.kind](p)
@@ -155,8 +162,11 @@ class _Replay:
             return None
         if p.amount is not None and p.amount > len(eligible):
             verb = "is" if len(eligible) == 1 else "are"
-            self.report.add(p.line, f"{p.label}: cannot {p.action} {p.amount} instances at "
-                            f"{fmt_time(p.at_us)}: only {len(eligible)} {verb} {what}")
+            self.report.add(
+                p.line,
+                f"{p.label}: cannot {p.action} {p.amount} instances at "
+                f"{fmt_time(p.at_us)}: only {len(eligible)} {verb} {what}",
+            )
             return None
         targets = eligible
         if p.amount is not None and p.amount < len(eligible):
@@ -195,8 +205,13 @@ class _Replay:
             state.gone.update(targets)
 
     def _event(self, p: Pending, targets: list[str]) -> ServiceEvent:
-        return ServiceEvent(p.at_us, _given(p.service, "service"), cast(ServiceAction, p.action), tuple(targets),
-                            self.report.where(p.line))
+        return ServiceEvent(
+            p.at_us,
+            _given(p.service, "service"),
+            cast(ServiceAction, p.action),
+            tuple(targets),
+            self.report.where(p.line),
+        )
 
     # ---- bridges -----------------------------------------------------------
 
@@ -222,8 +237,7 @@ class _Replay:
         link = self.links.get(frozenset(pair))
         if link is None:
             a, b = pair
-            hint = ("; give the join properties (latency, bandwidth, ...) to create it"
-                    if p.action == "join" else "")
+            hint = "; give the join properties (latency, bandwidth, ...) to create it" if p.action == "join" else ""
             self.fail(p, f"there is no link between {a} and {b}{hint}")
         return link
 
@@ -248,8 +262,11 @@ class _Replay:
         existing = self.links.get(frozenset(pair))
         if existing is not None:
             line = existing.spec.where.line if existing.spec.where else "?"
-            self.fail(p, f"a link between {pair[0]} and {pair[1]} already exists (line "
-                      f"{line}); a join with properties creates a new link")
+            self.fail(
+                p,
+                f"a link between {pair[0]} and {pair[1]} already exists (line "
+                f"{line}); a join with properties creates a new link",
+            )
             return None
         values, one_way = _given(p.new_link, "new link")
         spec = build_spec(self.report, *pair, values, one_way, p.label, where)
@@ -268,12 +285,19 @@ class _Replay:
         spec, values = link.spec, _given(p.changes, "changes")
         reverse = p.pair != (spec.a, spec.b)
         if spec.down is None and (values.down is not None or (reverse and values.up is not None)):
-            self.report.add(p.line, f"{p.label}: the link is one-way from {spec.a} to {spec.b}; "
-                            f"set its rate with bandwidth, or up on [{spec.a}, {spec.b}]")
+            self.report.add(
+                p.line,
+                f"{p.label}: the link is one-way from {spec.a} to {spec.b}; "
+                f"set its rate with bandwidth, or up on [{spec.a}, {spec.b}]",
+            )
             return None
         up_rate, down_rate = (values.down, values.up) if reverse else (values.up, values.down)
-        common = {"delay_us": values.latency, "jitter_us": values.jitter,
-                  "loss_ratio": values.loss, "distribution": values.distribution}
+        common = {
+            "delay_us": values.latency,
+            "jitter_us": values.jitter,
+            "loss_ratio": values.loss,
+            "distribution": values.distribution,
+        }
         up: dict[str, Any] = {k: v for k, v in common.items() if v is not None}  # LinkProps fields
         down = dict(up) if spec.down is not None else {}
         directions = [(up, up_rate)] + ([(down, down_rate)] if spec.down is not None else [])

@@ -40,13 +40,13 @@ from .errors import CollapsarError
 from .graph import RunGraph
 from .model import LinkSetEvent
 
-_EXACT = 2.0 ** 52  # float64 holds every integer below this exactly
+_EXACT = 2.0**52  # float64 holds every integer below this exactly
 _ROW_CHUNK = 256  # sources per Dijkstra call: bounds the temporary matrices
 
 
 def index_dtype(count: int) -> type:
     """The smallest signed type that holds -1..count (halves stored states)."""
-    return np.int16 if count < 2 ** 15 - 1 else np.int32
+    return np.int16 if count < 2**15 - 1 else np.int32
 
 
 class Weights:
@@ -66,8 +66,9 @@ class Weights:
             self.unit = float(path_delay + 1)
             largest = max_hops * self.unit + path_delay
         if largest >= _EXACT:
-            raise CollapsarError(f"link delays up to {max_delay}us over {max_hops} hops "
-                                 "exceed the exact range of path weights")
+            raise CollapsarError(
+                f"link delays up to {max_delay}us over {max_hops} hops exceed the exact range of path weights"
+            )
 
     def of(self, cond: Conditions) -> np.ndarray:
         delay = cond.delay_us.astype(np.float64)
@@ -164,8 +165,7 @@ class Router:
         reach[~bridge & (src - b == self.rows[rows])] = 0.0
         return reach
 
-    def _choose(self, rows: np.ndarray, nodes: np.ndarray,
-                into: Adjacency) -> tuple[np.ndarray, np.ndarray]:
+    def _choose(self, rows: np.ndarray, nodes: np.ndarray, into: Adjacency) -> tuple[np.ndarray, np.ndarray]:
         owner, links = into.expand(nodes)
         cand = self._reach(rows[owner], self.graph.link_src[links]) + self.w[links]
         return first_best(cand, owner, links, len(nodes))
@@ -243,8 +243,7 @@ class Router:
             chunk = slice(start, start + _ROW_CHUNK)
             from_home = dijkstra(matrix, directed=True, indices=homes[chunk])[:, :b]
             pick = (home_of >= start) & (home_of < start + from_home.shape[0])
-            np.minimum.at(self.dist, row[pick],
-                          from_home[home_of[pick] - start] + self.w[first[pick]][:, None])
+            np.minimum.at(self.dist, row[pick], from_home[home_of[pick] - start] + self.w[first[pick]][:, None])
 
     def row_of_instance(self) -> np.ndarray:
         rows = np.full(self.graph.instance_count, -1, np.int64)
@@ -278,8 +277,7 @@ class Router:
         worse = core[new_w[core] > old_w[core]]
         if worse.size:  # entries below a link that got worse lose their distance
             rows, which = np.nonzero(self.in_core[:, graph.link_dst[worse]] == worse[None, :])
-            lost = descendants(rows * b + graph.link_dst[worse[which]], self.in_core,
-                               self.out_core, graph.link_dst)
+            lost = descendants(rows * b + graph.link_dst[worse[which]], self.in_core, self.out_core, graph.link_dst)
             flat[lost] = np.inf
             best, _ = self._choose(*np.divmod(lost, b), self.into_core)
             flat[lost] = best
@@ -305,8 +303,7 @@ class Router:
         old = in_core[entries].astype(np.int64)
         in_core[entries] = chosen
         self._writable("hops").ravel()[entries] = self.weights.hops(flat[entries])
-        return CoreChange(entries, entries[old != chosen],
-                          entries[flat[entries] != before.ravel()[entries]], changed)
+        return CoreChange(entries, entries[old != chosen], entries[flat[entries] != before.ravel()[entries]], changed)
 
     def _relax(self, frontier: np.ndarray) -> list[np.ndarray]:
         """Bellman-Ford from the entries whose distance dropped, all rows at

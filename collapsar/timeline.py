@@ -40,8 +40,7 @@ _FOLD_ROWS = 128
 class ChangedPairs(Set):
     """A set of (src, dst) instance-name pairs, stored as index arrays."""
 
-    def __init__(self, names: tuple[str, ...], rows: np.ndarray, mask: np.ndarray,
-                 index: dict[str, int] | None = None):
+    def __init__(self, names: tuple[str, ...], rows: np.ndarray, mask: np.ndarray, index: dict[str, int] | None = None):
         self._names = names
         self._index = index if index is not None else {n: i for i, n in enumerate(names)}
         src, dst = np.nonzero(mask)
@@ -100,14 +99,23 @@ def _event_groups(events: Iterable[Event]) -> list[tuple[int, list[Event]]]:
 
 
 def _differs(a: Folded, b: Folded) -> np.ndarray:
-    return ((a.delay_us != b.delay_us) | (a.jitter_us() != b.jitter_us()) | (a.keep != b.keep)
-            | (a.rate_bps != b.rate_bps) | (a.dist_code != b.dist_code))
+    return (
+        (a.delay_us != b.delay_us)
+        | (a.jitter_us() != b.jitter_us())
+        | (a.keep != b.keep)
+        | (a.rate_bps != b.rate_bps)
+        | (a.dist_code != b.dist_code)
+    )
 
 
 def _props_changed(old: Conditions, new: Conditions) -> np.ndarray:
-    return np.flatnonzero((old.delay_us != new.delay_us) | (old.jitter_us != new.jitter_us)
-                          | (old.loss_ratio != new.loss_ratio) | (old.rate_bps != new.rate_bps)
-                          | (old.dist_code != new.dist_code))
+    return np.flatnonzero(
+        (old.delay_us != new.delay_us)
+        | (old.jitter_us != new.jitter_us)
+        | (old.loss_ratio != new.loss_ratio)
+        | (old.rate_bps != new.rate_bps)
+        | (old.dist_code != new.dist_code)
+    )
 
 
 class _Builder:
@@ -132,11 +140,9 @@ class _Builder:
         self.core = Folded.identity((rows, bridges + 1))
         for start in range(0, rows, _FOLD_ROWS):  # in slices: bounds the temporaries
             part = slice(start, start + _FOLD_ROWS)
-            self.core.put_rows(part, fold_core(state.in_core[part], state.hops[part],
-                                               self.cond))
+            self.core.put_rows(part, fold_core(state.in_core[part], state.hops[part], self.cond))
         self.exists = state.exists()
-        changed = ChangedPairs(self.graph.instances, self.rows, self.exists,
-                               self.graph.instance_index)
+        changed = ChangedPairs(self.graph.instances, self.rows, self.exists, self.graph.instance_index)
         return Step(0, tuple(events), state, changed)
 
     def next(self, at_us: int, events: list[Event]) -> Step:
@@ -153,20 +159,23 @@ class _Builder:
         # distance, an entering link with new properties; then all below them.
         seeds = [change.link_changed, change.dist_changed]
         if core_links.size:
-            rows, which = np.nonzero(router.in_core[:, graph.link_dst[core_links]]
-                                     == core_links[None, :])
+            rows, which = np.nonzero(router.in_core[:, graph.link_dst[core_links]] == core_links[None, :])
             seeds.append(rows * b + graph.link_dst[core_links[which]])
-        refold = descendants(np.concatenate(seeds), router.in_core, router.out_core,
-                             graph.link_dst)
+        refold = descendants(np.concatenate(seeds), router.in_core, router.out_core, graph.link_dst)
         # Sinks to look at again: below a refolded bridge, or entered by a
         # link whose weight or properties changed (for every source).
         owner, links = router.out_sink.expand(refold % b)
         sink_links = np.union1d(altered, change.weight_changed)
         sink_links = sink_links[~router.is_core[sink_links]]
         columns = np.unique(graph.link_dst[sink_links] - b)
-        entries = np.unique(np.concatenate([
-            (refold // b)[owner] * count + graph.link_dst[links] - b,
-            (np.arange(len(self.rows))[:, None] * count + columns[None, :]).ravel()]))
+        entries = np.unique(
+            np.concatenate(
+                [
+                    (refold // b)[owner] * count + graph.link_dst[links] - b,
+                    (np.arange(len(self.rows))[:, None] * count + columns[None, :]).ravel(),
+                ]
+            )
+        )
         # Their paths as they were, folded before the bridges are refolded.
         old_links = router.in_sink.ravel()[entries].astype(np.int64)
         previous, _ = fold_sink_entries(self.core, entries, old_links, count, old_cond)
@@ -177,8 +186,7 @@ class _Builder:
         router.rechoose_sinks(entries)
         new_links = router.in_sink.ravel()[entries].astype(np.int64)
         folded, parent = fold_sink_entries(self.core, entries, new_links, count, self.cond)
-        differs = ((old_links != new_links) | moved.ravel()[parent]
-                   | _differs(folded, previous))
+        differs = (old_links != new_links) | moved.ravel()[parent] | _differs(folded, previous)
         changed = np.zeros(self.exists.shape, bool)
         changed.ravel()[entries] = differs
         state = self._state()

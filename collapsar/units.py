@@ -21,25 +21,46 @@ _NUMBER = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-zµ%/]*)\s*$")
 
 _DURATION_US = {
-    "ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6, "m": 60e6, "min": 60e6, "h": 3600e6,
+    "ns": 1e-3,
+    "us": 1.0,
+    "µs": 1.0,
+    "ms": 1e3,
+    "s": 1e6,
+    "m": 60e6,
+    "min": 60e6,
+    "h": 3600e6,
 }
 
 # Lower-cased unit -> bits per second.
 _RATE_BPS = {
-    "bps": 1, "bit": 1,
-    "kbps": 10**3, "kbit": 10**3,
-    "mbps": 10**6, "mbit": 10**6,
-    "gbps": 10**9, "gbit": 10**9,
-    "tbps": 10**12, "tbit": 10**12,
+    "bps": 1,
+    "bit": 1,
+    "kbps": 10**3,
+    "kbit": 10**3,
+    "mbps": 10**6,
+    "mbit": 10**6,
+    "gbps": 10**9,
+    "gbit": 10**9,
+    "tbps": 10**12,
+    "tbit": 10**12,
 }
 
 # Sizes: binary for the short forms, as Docker reads `512m`; explicit SI forms are decimal.
 _SIZE_BYTES = {
-    "": 1, "b": 1,
-    "k": 2**10, "kib": 2**10, "kb": 10**3,
-    "m": 2**20, "mib": 2**20, "mb": 10**6,
-    "g": 2**30, "gib": 2**30, "gb": 10**9,
-    "t": 2**40, "tib": 2**40, "tb": 10**12,
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "kib": 2**10,
+    "kb": 10**3,
+    "m": 2**20,
+    "mib": 2**20,
+    "mb": 10**6,
+    "g": 2**30,
+    "gib": 2**30,
+    "gb": 10**9,
+    "t": 2**40,
+    "tib": 2**40,
+    "tb": 10**12,
 }
 
 

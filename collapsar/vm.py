@@ -39,8 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .errors import EnvironmentProblem, RunError
 
-INSTALL_FIX = ("apt-get install linux-image-amd64 qemu-system-x86 busybox-static "
-               "&& pip install virtme-ng==1.42")
+INSTALL_FIX = "apt-get install linux-image-amd64 qemu-system-x86 busybox-static && pip install virtme-ng==1.42"
 
 # Debian's stock kernel images are named <upstream>-<abi>-<flavour>, e.g.
 # vmlinuz-6.1.0-56-amd64; anything else in /boot is a custom build.
@@ -59,8 +58,9 @@ _RC_PREFIX = ".collapsar-vm-rc"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def find_kernel(boot: pathlib.Path = pathlib.Path("/boot"),
-                modules: pathlib.Path = pathlib.Path("/lib/modules")) -> pathlib.Path:
+def find_kernel(
+    boot: pathlib.Path = pathlib.Path("/boot"), modules: pathlib.Path = pathlib.Path("/lib/modules")
+) -> pathlib.Path:
     """The newest Debian stock kernel image in `boot` that the host is not running.
 
     The guest loads modules (sch_netem is one) from the host's `modules`
@@ -76,7 +76,9 @@ def find_kernel(boot: pathlib.Path = pathlib.Path("/boot"),
     if not found:
         raise EnvironmentProblem(
             f"no Debian stock kernel image (vmlinuz-X.Y.Z-N-amd64 with /lib/modules/X.Y.Z-N-amd64) "
-            f"in {boot} other than the running {running}", INSTALL_FIX)
+            f"in {boot} other than the running {running}",
+            INSTALL_FIX,
+        )
     return max(found)[1]
 
 
@@ -102,8 +104,7 @@ def find_tools(path: str | None = None) -> dict[str, str]:
     tools["busybox"] = next((p for p in ("/bin/busybox", "/usr/bin/busybox") if os.path.exists(p)), None)
     missing = [name for name, found in tools.items() if found is None]
     if missing:
-        raise EnvironmentProblem(f"cannot start a VM: {', '.join(missing)} not found (looked in {search})",
-                                 INSTALL_FIX)
+        raise EnvironmentProblem(f"cannot start a VM: {', '.join(missing)} not found (looked in {search})", INSTALL_FIX)
     return {name: found for name, found in tools.items() if found is not None}  # all of them, found
 
 
@@ -125,9 +126,18 @@ def guest_script(argv: Sequence[str], cwd: str, env: Mapping[str, str], rc_file:
     return "\n".join(lines)
 
 
-def vng_command(argv: Sequence[str], rwdirs: Sequence[pathlib.Path | str], env: Mapping[str, str],
-                kernel: pathlib.Path, vng: str = "vng", memory: str = "2G", cpus: int = 2,
-                kvm: bool = False, cwd: str | None = None, rc_name: str = _RC_PREFIX) -> list[str]:
+def vng_command(
+    argv: Sequence[str],
+    rwdirs: Sequence[pathlib.Path | str],
+    env: Mapping[str, str],
+    kernel: pathlib.Path,
+    vng: str = "vng",
+    memory: str = "2G",
+    cpus: int = 2,
+    kvm: bool = False,
+    cwd: str | None = None,
+    rc_name: str = _RC_PREFIX,
+) -> list[str]:
     """The vng command line that runs `argv` in a VM with `rwdirs` shared read-write.
 
     `env` is set inside the guest on top of the runner's own markers.
@@ -146,9 +156,17 @@ def vng_command(argv: Sequence[str], rwdirs: Sequence[pathlib.Path | str], env: 
     return cmd + ["--", script]
 
 
-def run_in_vm(argv: Sequence[str], rwdirs: Sequence[pathlib.Path | str], timeout_s: float,
-              env: Mapping[str, str] | None = None, *, memory: str = "2G", cpus: int = 2,
-              log: Callable[[str], None] | None = None, cwd: str | None = None) -> int:
+def run_in_vm(
+    argv: Sequence[str],
+    rwdirs: Sequence[pathlib.Path | str],
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    *,
+    memory: str = "2G",
+    cpus: int = 2,
+    log: Callable[[str], None] | None = None,
+    cwd: str | None = None,
+) -> int:
     """Boot the stock kernel, run `argv` in it and return its exit code.
 
     Guest stdout and stderr are passed line by line to `log` (default: this
@@ -173,12 +191,19 @@ def run_in_vm(argv: Sequence[str], rwdirs: Sequence[pathlib.Path | str], timeout
         last_lines.append(line)
         sink(line)
 
-    vng_rc = _run_streaming(cmd, timeout_s, emit, f"VM ({kernel.name}) command {shlex.join(argv)!r}",
-                            {**os.environ, "PATH": tools_search_path()})
+    vng_rc = _run_streaming(
+        cmd,
+        timeout_s,
+        emit,
+        f"VM ({kernel.name}) command {shlex.join(argv)!r}",
+        {**os.environ, "PATH": tools_search_path()},
+    )
     if not rc_path.exists():
         said = "\n".join(last_lines)
-        raise RunError(f"VM ({kernel.name}) exited with code {vng_rc} before the command "
-                       f"{shlex.join(argv)!r} finished (no exit code in {rc_path}); its last output:\n{said}")
+        raise RunError(
+            f"VM ({kernel.name}) exited with code {vng_rc} before the command "
+            f"{shlex.join(argv)!r} finished (no exit code in {rc_path}); its last output:\n{said}"
+        )
     text = rc_path.read_text().strip()
     rc_path.unlink()
     if not text.isdigit():
@@ -186,12 +211,14 @@ def run_in_vm(argv: Sequence[str], rwdirs: Sequence[pathlib.Path | str], timeout
     return int(text)
 
 
-def _run_streaming(cmd: list[str], timeout_s: float, emit: Callable[[str], None], what: str,
-                   env: Mapping[str, str] | None = None) -> int:
+def _run_streaming(
+    cmd: list[str], timeout_s: float, emit: Callable[[str], None], what: str, env: Mapping[str, str] | None = None
+) -> int:
     # A pipe (not a file) for the guest's output: vng opens the host's fds 1
     # and 2 separately, and two opens of one regular file overwrite each other.
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
     deadline = time.monotonic() + timeout_s
     pending = b""
     restore = _raise_on_sigterm()
@@ -237,6 +264,7 @@ def _raise_on_sigterm() -> Callable[[], None]:
 
     def restore() -> None:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
     return restore
 
 

@@ -48,12 +48,17 @@ def amount(report: Report, node: Node, label: str, kind: str) -> str:
                 return "?"
             continue
         if key not in required + optional:
-            report.add(node.key_lines[key], f"{label}: the {name} distribution takes "
-                       f"{' and '.join(required + optional)}, not {key}")
+            report.add(
+                node.key_lines[key],
+                f"{label}: the {name} distribution takes {' and '.join(required + optional)}, not {key}",
+            )
             continue
         value = node.value[key]
-        text = (duration(report, value, f"{label}: {key}", zero=True) if kind == "duration"
-                else size(report, value, f"{label}: {key}"))
+        text = (
+            duration(report, value, f"{label}: {key}", zero=True)
+            if kind == "duration"
+            else size(report, value, f"{label}: {key}")
+        )
         parts.append(f"{'avg' if key == 'mean' else key}={text}")
     return f"{spelled}:{','.join(parts)}"
 
@@ -103,8 +108,11 @@ def rate(report: Report, node: Node, label: str) -> Fraction | None:
     """Requests per second, exactly: `200/s`, `30/min`."""
     match = _RATE.match(node.text) if node.is_scalar and isinstance(node.text, str) else None
     if match is None or Fraction(match.group(1)) == 0:
-        report.add(node.line, f"{label}: expected requests per second or minute above zero, like "
-                   f"200/s or 30/min, got {pc.describe(node)}")
+        report.add(
+            node.line,
+            f"{label}: expected requests per second or minute above zero, like "
+            f"200/s or 30/min, got {pc.describe(node)}",
+        )
         return None
     return Fraction(match.group(1)) * 1_000_000 / _PER_US[match.group(2)]
 
@@ -132,7 +140,9 @@ def target(report: Report, node: Node, label: str) -> str:
     written = node.text if node.is_scalar and isinstance(node.text, str) else None
     name, _, port = (written or "").partition(":")
     if written is None or not pc.is_valid_name(name) or (port and not (port.isdigit() and 1 <= int(port) <= 65535)):
-        report.add(node.line, f"{label}: expected an instance name, optionally with a port "
-                   f"(db, db-2:7000), got {pc.describe(node)}")
+        report.add(
+            node.line,
+            f"{label}: expected an instance name, optionally with a port (db, db-2:7000), got {pc.describe(node)}",
+        )
         return "?"
     return written

@@ -36,13 +36,12 @@ _RESOLVER = yaml.resolver.Resolver()
 
 def quote(text: str) -> str:
     """A plain scalar when YAML reads it back as this same string, else quoted."""
-    if _PLAIN.match(text) and _RESOLVER.resolve(yaml.ScalarNode, text, (True, False)) \
-            == "tag:yaml.org,2002:str":
+    if _PLAIN.match(text) and _RESOLVER.resolve(yaml.ScalarNode, text, (True, False)) == "tag:yaml.org,2002:str":
         return text
     out = []
     for char in text:
         code = ord(char)
-        if char in "\"\\":
+        if char in '"\\':
             out.append("\\" + char)
         elif 0x20 <= code < 0x7F:
             out.append(char)
@@ -118,8 +117,9 @@ def _service(service: Service) -> list[str]:
 def _props(up: LinkProps, down: LinkProps | None, what: str) -> dict[str, str]:
     shared = ("delay_us", "jitter_us", "distribution", "loss_ratio")
     if down is not None and any(getattr(up, f) != getattr(down, f) for f in shared):
-        raise CollapsarError(f"{what}: latency, jitter and loss differ between directions, "
-                             "which the language cannot express")
+        raise CollapsarError(
+            f"{what}: latency, jitter and loss differ between directions, which the language cannot express"
+        )
     items: dict[str, str] = {}
     if up.delay_us:
         items["latency"] = format_duration_us(up.delay_us)
@@ -149,18 +149,23 @@ def _link(spec: LinkSpec) -> dict[str, str]:
 
 def _changes(event: LinkSetEvent) -> dict[str, str]:
     items: dict[str, str] = {}
-    names = {"delay_us": "latency", "jitter_us": "jitter", "loss_ratio": "loss",
-             "distribution": "distribution"}
+    names = {"delay_us": "latency", "jitter_us": "jitter", "loss_ratio": "loss", "distribution": "distribution"}
     for field, key in names.items():
         if field not in event.up and field not in event.down:
             continue
         if event.down and event.up.get(field) != event.down.get(field):
-            raise CollapsarError(f"link {event.a} -> {event.b}: a set that changes {key} "
-                                 "differently per direction cannot be expressed")
+            raise CollapsarError(
+                f"link {event.a} -> {event.b}: a set that changes {key} differently per direction cannot be expressed"
+            )
         value = event.up[field]
         # int(): a *_us field holds an int; the mapping's type covers every field.
-        items[key] = (format_duration_us(int(value)) if field.endswith("_us")
-                      else repr(value) if field == "loss_ratio" else str(value))
+        items[key] = (
+            format_duration_us(int(value))
+            if field.endswith("_us")
+            else repr(value)
+            if field == "loss_ratio"
+            else str(value)
+        )
     up, down = event.up.get("rate_bps"), event.down.get("rate_bps")
     if up is not None and up == down:
         items["bandwidth"] = format_rate_bps(int(up))

@@ -65,8 +65,11 @@ def load(text: str, source: str, problems: list[Problem]) -> Node | None:
     """Compose `text` into Nodes; syntax problems are appended, never raised."""
     too_deep = _too_deep(text)
     if too_deep:
-        problems.append(Problem(Where(source, too_deep), "YAML nesting is too deep (more than "
-                                f"{MAX_FLOW_DEPTH} levels of [ and {{)"))
+        problems.append(
+            Problem(
+                Where(source, too_deep), f"YAML nesting is too deep (more than {MAX_FLOW_DEPTH} levels of [ and {{)"
+            )
+        )
         return None
     try:
         root = _compose(text)
@@ -77,8 +80,12 @@ def load(text: str, source: str, problems: list[Problem]) -> Node | None:
         problems.append(Problem(Where(source, 1), "YAML nesting is too deep"))
         return None
     if root is None:
-        problems.append(Problem(Where(source, 1), "the file is empty; expected a mapping "
-                                "with experiment, services, bridges, links and events"))
+        problems.append(
+            Problem(
+                Where(source, 1),
+                "the file is empty; expected a mapping with experiment, services, bridges, links and events",
+            )
+        )
         return None
     builder = _Builder(source, problems)
     try:
@@ -168,8 +175,10 @@ class _Builder:
     def _check_tag(self, node: yaml.Node, expected: str) -> None:
         if node.tag != expected:
             tag = node.tag.replace(_CORE, "!!")
-            self.problem(node.start_mark.line + 1, f"unsupported YAML tag {tag!r}; "
-                         "only plain mappings, lists, strings and numbers are read")
+            self.problem(
+                node.start_mark.line + 1,
+                f"unsupported YAML tag {tag!r}; only plain mappings, lists, strings and numbers are read",
+            )
 
     def _scalar(self, node: yaml.ScalarNode, line: int) -> Node:
         if node.tag in _AS_TEXT:
@@ -198,8 +207,7 @@ class _Builder:
                 continue
             key = key_node.value
             if key in result.value:
-                self.problem(key_line, f"duplicate key {key!r} (first at line "
-                             f"{result.key_lines[key]})")
+                self.problem(key_line, f"duplicate key {key!r} (first at line {result.key_lines[key]})")
                 continue
             result.value[key] = self.build(value_node)
             result.key_lines[key] = key_line

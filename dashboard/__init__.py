@@ -25,7 +25,8 @@ def assets_dir() -> Path:
     dist = WEB / "dist"
     missing = [name for name in ("index.html", "app.js", "app.css") if not (dist / name).is_file()]
     if missing:
-        raise EnvironmentProblem(f"the dashboard page is not built ({dist / missing[0]} is missing)",
-                                 f"run `npm ci && npm run build` in {WEB} (scripts/setup.sh test "
-                                 "does it)")
+        raise EnvironmentProblem(
+            f"the dashboard page is not built ({dist / missing[0]} is missing)",
+            f"run `npm ci && npm run build` in {WEB} (scripts/setup.sh test does it)",
+        )
     return dist

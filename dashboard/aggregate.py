@@ -42,8 +42,9 @@ def manager_url(text: str) -> str:
             url = url[: -len(suffix)]
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
-        raise CollapsarError(f"--manager {text}: expected a manager's status URL like "
-                             "http://127.0.0.1:8123 (collapsar run prints it)")
+        raise CollapsarError(
+            f"--manager {text}: expected a manager's status URL like http://127.0.0.1:8123 (collapsar run prints it)"
+        )
     return url
 
 
@@ -103,8 +104,14 @@ class Follower:
 
     def describe(self) -> dict:
         ago = None if self.seen_at is None else round(time.monotonic() - self.seen_at, 1)
-        return {"url": self.url, "host": self.host, "state": self.state, "error": self.error,
-                "run_id": self.snapshot.get("run_id"), "seen_s_ago": ago}
+        return {
+            "url": self.url,
+            "host": self.host,
+            "state": self.state,
+            "error": self.error,
+            "run_id": self.snapshot.get("run_id"),
+            "seen_s_ago": ago,
+        }
 
 
 def merge(followers: list[Follower]) -> dict:
@@ -113,12 +120,17 @@ def merge(followers: list[Follower]) -> dict:
     first = live[0].snapshot if live else {}
     merged: dict = {
         "managers": [f.describe() for f in followers],
-        "run_id": first.get("run_id"), "source": first.get("source"),
-        "state": first.get("state", "unreachable" if followers and all(
-            f.state == "unreachable" for f in followers) else "connecting"),
+        "run_id": first.get("run_id"),
+        "source": first.get("source"),
+        "state": first.get(
+            "state", "unreachable" if followers and all(f.state == "unreachable" for f in followers) else "connecting"
+        ),
         "t_us": max((f.snapshot.get("t_us", 0) for f in live), default=0),
         "events": first.get("events", {"applied": [], "pending": 0, "upcoming": []}),
-        "instances": [], "flows": [], "throughput": [], "links": [],
+        "instances": [],
+        "flows": [],
+        "throughput": [],
+        "links": [],
     }
     for follower in live:
         snap = follower.snapshot
@@ -152,11 +164,12 @@ def _merge_links(per_manager: list[list[dict]]) -> list[dict]:
 class Aggregator:
     """The followers, the board they feed, and the control proxy."""
 
-    def __init__(self, urls: list[str], board, tokens: list[str] | None = None,
-                 own_token: str | None = None):
+    def __init__(self, urls: list[str], board, tokens: list[str] | None = None, own_token: str | None = None):
         if tokens and len(tokens) not in (1, len(urls)):
-            raise CollapsarError(f"{len(tokens)} manager tokens for {len(urls)} managers: "
-                                 "give one token for all, or one per --manager in order")
+            raise CollapsarError(
+                f"{len(tokens)} manager tokens for {len(urls)} managers: "
+                "give one token for all, or one per --manager in order"
+            )
         self.board = board
         self.tokens = (tokens * len(urls) if len(tokens) == 1 else tokens) if tokens else None
         self.token = own_token if tokens else None
@@ -224,8 +237,9 @@ class Aggregator:
 
 
 def _post(url: str, body: object, authorization: str | None) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     if authorization:
         request.add_header("Authorization", authorization)
     try:

@@ -48,9 +48,18 @@ def sdk_run_kwargs(image: str, name: str, environment: dict[str, str], labels: d
     for volume in MANAGER_SPEC["volumes"]:
         host, container = volume.split(":")
         volumes[host] = {"bind": container, "mode": "rw"}
-    return {"image": image, "name": name, "command": ["collapsar", "manager", "--docker"],
-            "environment": environment, "labels": labels, "detach": True,
-            "cap_add": list(MANAGER_SPEC["cap_add"]), "security_opt": list(MANAGER_SPEC["security_opt"]),
-            "pid_mode": MANAGER_SPEC["pid_mode"],
-            "network_mode": MANAGER_SPEC["network_mode"], "shm_size": MANAGER_SPEC["shm_size"],
-            "volumes": volumes, "restart_policy": {"Name": "on-failure", "MaximumRetryCount": 3}}
+    return {
+        "image": image,
+        "name": name,
+        "command": ["collapsar", "manager", "--docker"],
+        "environment": environment,
+        "labels": labels,
+        "detach": True,
+        "cap_add": list(MANAGER_SPEC["cap_add"]),
+        "security_opt": list(MANAGER_SPEC["security_opt"]),
+        "pid_mode": MANAGER_SPEC["pid_mode"],
+        "network_mode": MANAGER_SPEC["network_mode"],
+        "shm_size": MANAGER_SPEC["shm_size"],
+        "volumes": volumes,
+        "restart_policy": {"Name": "on-failure", "MaximumRetryCount": 3},
+    }

@@ -62,9 +62,11 @@ def trace_dir_name(experiment: str) -> str:
 
 def check_service_name(name: str, where: str) -> str:
     if not _DOCKER_NAME.match(name) or name in (BOOTSTRAP_SERVICE, MANAGER_SERVICE):
-        raise CollapsarError(f"{where}service {name}: Docker needs a service name of letters, digits, "
-                             f"`_`, `.` and `-`, starting with a letter or digit, at most 48 "
-                             f"characters, other than {BOOTSTRAP_SERVICE} and {MANAGER_SERVICE}")
+        raise CollapsarError(
+            f"{where}service {name}: Docker needs a service name of letters, digits, "
+            f"`_`, `.` and `-`, starting with a letter or digit, at most 48 "
+            f"characters, other than {BOOTSTRAP_SERVICE} and {MANAGER_SERVICE}"
+        )
     return name
 
 

@@ -62,15 +62,17 @@ SWARM_FILE_VERSION = "3.8"
 INSTANCE_FROM_HOSTS = (
     '[ -n "$COLLAPSAR_INSTANCE" ] || { h=$(cat /etc/hostname); '
     "ip=$(awk -v h=\"$h\" '$2 == h {print $1; exit}' /etc/hosts); "
-    "COLLAPSAR_INSTANCE=$(awk -v ip=\"$ip\" -v h=\"$h\" '$1 == ip && $2 != h {print $2; exit}' /etc/hosts); "
-    'export COLLAPSAR_INSTANCE; }; ')
+    'COLLAPSAR_INSTANCE=$(awk -v ip="$ip" -v h="$h" \'$1 == ip && $2 != h {print $2; exit}\' /etc/hosts); '
+    "export COLLAPSAR_INSTANCE; }; "
+)
 # Run by the workload image's containers before their command: wait for the
 # manager's mark (container/hostsfile.py), removing one left by an earlier
 # start of the same container first.  Says so after 10 s of waiting.
 WAIT_FOR_SHAPING = (
-    f'rm -f {SHAPED_MARK}; i=0; while [ ! -e {SHAPED_MARK} ]; do i=$((i+1)); '
+    f"rm -f {SHAPED_MARK}; i=0; while [ ! -e {SHAPED_MARK} ]; do i=$((i+1)); "
     f'[ $i -eq 100 ] && echo "collapsar: waiting for the emulation manager to shape this container" >&2; '
-    f'sleep 0.1; done; {INSTANCE_FROM_HOSTS}exec "$@"')
+    f'sleep 0.1; done; {INSTANCE_FROM_HOSTS}exec "$@"'
+)
 # Where the workload image's commands write their traces (COLLAPSAR_TRACE_DIR,
 # see collapsar.manager.workload_report), mounted from the host: Compose binds
 # a directory beside the generated file, Swarm mounts a named volume, which
@@ -96,7 +98,7 @@ def replicas_by_service(experiment: Experiment, instances: list[str]) -> dict[st
     counts = {service.name: 0 for service in experiment.services}
     for instance in instances:
         service = service_of(experiment, instance)
-        suffix = instance[len(service) + 1:]
+        suffix = instance[len(service) + 1 :]
         counts[service] = max(counts[service], int(suffix) if suffix else 1)
     return counts
 
@@ -133,11 +135,17 @@ def _instance_base(service: Service, options: DeployOptions) -> dict:
         # the manager to shape the container, as local mode starts commands
         # only on shaped paths.  An image of the user's own may have an
         # entrypoint that takes the command as its arguments: left as is.
-        command = list(service.command) if service.image else [
-            "sh", "-c", WAIT_FOR_SHAPING, "collapsar-wait", *service.command]
+        command = (
+            list(service.command)
+            if service.image
+            else ["sh", "-c", WAIT_FOR_SHAPING, "collapsar-wait", *service.command]
+        )
         spec["command"] = [literal(arg) for arg in command]
-    spec["environment"] = {**{name: literal(value) for name, value in service.env.items()},
-                           "COLLAPSAR_SERVICE": service.name, "COLLAPSAR_EXPERIMENT": options.experiment_id}
+    spec["environment"] = {
+        **{name: literal(value) for name, value in service.env.items()},
+        "COLLAPSAR_SERVICE": service.name,
+        "COLLAPSAR_EXPERIMENT": options.experiment_id,
+    }
     if not service.image:  # the workload image: its tools write traces there
         spec["environment"]["COLLAPSAR_TRACE_DIR"] = TRACE_DIR_IN_CONTAINER
     if service.workdir:
@@ -148,17 +156,20 @@ def _instance_base(service: Service, options: DeployOptions) -> dict:
 
 
 def _topology_env(options: DeployOptions) -> dict[str, str]:
-    return manager_environment(options.experiment_id,
-                               base64.b64encode(options.topology_text.encode()).decode())
+    return manager_environment(options.experiment_id, base64.b64encode(options.topology_text.encode()).decode())
 
 
 def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: DeployOptions) -> dict:
     services: dict[str, dict] = {}
     for service in experiment.services:
         spec = _instance_base(service, options)
-        deploy: dict = {"mode": "replicated", "replicas": replicas[service.name], "endpoint_mode": "dnsrr",
-                        "labels": _labels(options, "instance", service.name),
-                        "restart_policy": {"condition": "none"}}
+        deploy: dict = {
+            "mode": "replicated",
+            "replicas": replicas[service.name],
+            "endpoint_mode": "dnsrr",
+            "labels": _labels(options, "instance", service.name),
+            "restart_policy": {"condition": "none"},
+        }
         limits = {}
         if service.cpus is not None:
             limits["cpus"] = f"{service.cpus:g}"
@@ -172,7 +183,8 @@ def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: Deplo
         # environment values per task.  Compose cannot (its replicas are
         # identical containers): there only COLLAPSAR_SERVICE is set.
         spec["environment"]["COLLAPSAR_INSTANCE"] = (
-            f'{{{{if eq .Task.Slot "1"}}}}{service.name}{{{{else}}}}{service.name}-{{{{.Task.Slot}}}}{{{{end}}}}')
+            f'{{{{if eq .Task.Slot "1"}}}}{service.name}{{{{else}}}}{service.name}-{{{{.Task.Slot}}}}{{{{end}}}}'
+        )
         if not service.image:
             spec["volumes"] = [f"{TRACE_VOLUME}:{TRACE_DIR_IN_CONTAINER}"]
         services[service.name] = spec
@@ -188,16 +200,24 @@ def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: Deplo
         # Mounted at /run/secrets/NAME in the bootstrapper, where its node's
         # manager reads it (container/sharing.py); instances have no secrets.
         "secrets": [{"source": METADATA_KEY_SECRET, "target": METADATA_KEY_SECRET, "mode": SECRET_MODE}],
-        "deploy": {"mode": "global", "endpoint_mode": "dnsrr",
-                   "labels": _labels(options, "bootstrapper"),
-                   "restart_policy": {"condition": "on-failure"}},
+        "deploy": {
+            "mode": "global",
+            "endpoint_mode": "dnsrr",
+            "labels": _labels(options, "bootstrapper"),
+            "restart_policy": {"condition": "on-failure"},
+        },
     }
     stack = {
         "version": SWARM_FILE_VERSION,
         "services": services,
-        "networks": {NETWORK: {"driver": "overlay", "attachable": True,
-                               "labels": {LABEL_EXPERIMENT: options.experiment_id},
-                               "ipam": {"config": [{"subnet": options.subnet}]}}},
+        "networks": {
+            NETWORK: {
+                "driver": "overlay",
+                "attachable": True,
+                "labels": {LABEL_EXPERIMENT: options.experiment_id},
+                "ipam": {"config": [{"subnet": options.subnet}]},
+            }
+        },
         # `docker stack deploy` reads the file relative to the stack file's
         # directory (stdin's: the current one) and creates the secret.
         "secrets": {METADATA_KEY_SECRET: {"file": f"./{key_file_name(options.experiment_id)}"}},
@@ -237,7 +257,11 @@ def compose_file(experiment: Experiment, replicas: dict[str, int], options: Depl
     # project name comes from `-p` or the directory.
     return {
         "services": services,
-        "networks": {NETWORK: {"driver": "bridge",
-                               "labels": {LABEL_EXPERIMENT: options.experiment_id},
-                               "ipam": {"config": [{"subnet": options.subnet}]}}},
+        "networks": {
+            NETWORK: {
+                "driver": "bridge",
+                "labels": {LABEL_EXPERIMENT: options.experiment_id},
+                "ipam": {"config": [{"subnet": options.subnet}]},
+            }
+        },
     }

@@ -23,8 +23,7 @@ def addresses_needed(instances: int, node_headroom: int = DEFAULT_NODE_HEADROOM)
     return instances + 2 * node_headroom + _RESERVED
 
 
-def size_subnet(instances: int, node_headroom: int = DEFAULT_NODE_HEADROOM,
-                base: str = DEFAULT_BASE) -> str:
+def size_subnet(instances: int, node_headroom: int = DEFAULT_NODE_HEADROOM, base: str = DEFAULT_BASE) -> str:
     """The smallest network at `base` that holds the experiment: /25 for a
     few instances, /22 for 900, ..."""
     need = addresses_needed(instances, node_headroom)
@@ -39,8 +38,10 @@ def check_subnet(subnet: str, instances: int, node_headroom: int = DEFAULT_NODE_
     network = parse_subnet(subnet, f"{DEFAULT_BASE}/16")
     need = addresses_needed(instances, node_headroom)
     if network.num_addresses < need:
-        raise CollapsarError(f"--subnet {subnet}: holds {network.num_addresses} addresses, the experiment "
-                             f"needs {need} ({instances} instances + {node_headroom} nodes x 2 + "
-                             f"{_RESERVED}); expected at least a "
-                             f"/{32 - max(need - 1, 1).bit_length()}")
+        raise CollapsarError(
+            f"--subnet {subnet}: holds {network.num_addresses} addresses, the experiment "
+            f"needs {need} ({instances} instances + {node_headroom} nodes x 2 + "
+            f"{_RESERVED}); expected at least a "
+            f"/{32 - max(need - 1, 1).bit_length()}"
+        )
     return str(network)

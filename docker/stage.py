@@ -45,11 +45,36 @@ def _wheels(cache: Path, reqs: Path) -> Path:
     partial.mkdir(parents=True)
     # Wheels for the image's Python (Debian 12: CPython 3.11, glibc 2.36),
     # whatever Python runs this script.
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-                    "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
-                    "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-                    "--platform", "manylinux2014_x86_64", "--platform", "any",
-                    "-r", str(reqs), "-c", str(CONSTRAINTS), "-d", str(partial)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.11",
+            "--implementation",
+            "cp",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--platform",
+            "manylinux_2_17_x86_64",
+            "--platform",
+            "manylinux2014_x86_64",
+            "--platform",
+            "any",
+            "-r",
+            str(reqs),
+            "-c",
+            str(CONSTRAINTS),
+            "-d",
+            str(partial),
+        ],
+        check=True,
+    )
     shutil.copy2(reqs, partial / "requirements.txt")
     partial.rename(target)
     return target

@@ -95,8 +95,10 @@ def plan_network(run_id: str, instances: list[str], subnet: str = DEFAULT_SUBNET
     network = parse_subnet(subnet, DEFAULT_SUBNET)
     room = network.num_addresses - 3  # network, broadcast, reserved first host
     if len(instances) > room:
-        raise CollapsarError(f"--subnet {subnet}: room for {max(room, 0)} instances, the experiment "
-                             f"has {len(instances)}; expected a larger subnet such as {DEFAULT_SUBNET}")
+        raise CollapsarError(
+            f"--subnet {subnet}: room for {max(room, 0)} instances, the experiment "
+            f"has {len(instances)}; expected a larger subnet such as {DEFAULT_SUBNET}"
+        )
     if len(set(instances)) != len(instances):
         raise CollapsarError("instance names must be unique within a run")
     if len(instances) > 999_999:
@@ -104,9 +106,13 @@ def plan_network(run_id: str, instances: list[str], subnet: str = DEFAULT_SUBNET
     base = int(network.network_address) + 2
     nets = tuple(
         InstanceNet(
-            instance=name, index=i, netns=netns_name(run_id, name),
-            host_veth=f"cx{run_id}v{i}", ifname=INSTANCE_IFNAME,
-            ip=str(ipaddress.IPv4Address(base + i - 1)), prefixlen=network.prefixlen,
+            instance=name,
+            index=i,
+            netns=netns_name(run_id, name),
+            host_veth=f"cx{run_id}v{i}",
+            ifname=INSTANCE_IFNAME,
+            ip=str(ipaddress.IPv4Address(base + i - 1)),
+            prefixlen=network.prefixlen,
         )
         for i, name in enumerate(instances, start=1)
     )

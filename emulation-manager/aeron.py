@@ -46,10 +46,14 @@ _OFFER_FATAL = {-4: "publication closed", -5: "max position exceeded", -6: "publ
 
 # What we call, by name; the declarations are read from the installed aeronc.h,
 # so the ABI-mode binding cannot drift from the library it loads.
-_TYPES = ("aeron_context_t aeron_t aeron_publication_t aeron_subscription_t aeron_image_t aeron_header_t "
-          "aeron_async_add_publication_t aeron_async_add_subscription_t aeron_fragment_assembler_t").split()
-_CALLBACK_TYPES = ("aeron_error_handler_t aeron_notification_t aeron_fragment_handler_t aeron_on_available_image_t "
-                   "aeron_on_unavailable_image_t aeron_reserved_value_supplier_t").split()
+_TYPES = (
+    "aeron_context_t aeron_t aeron_publication_t aeron_subscription_t aeron_image_t aeron_header_t "
+    "aeron_async_add_publication_t aeron_async_add_subscription_t aeron_fragment_assembler_t"
+).split()
+_CALLBACK_TYPES = (
+    "aeron_error_handler_t aeron_notification_t aeron_fragment_handler_t aeron_on_available_image_t "
+    "aeron_on_unavailable_image_t aeron_reserved_value_supplier_t"
+).split()
 _FUNCTIONS = """
     aeron_context_init aeron_context_close aeron_context_set_dir aeron_context_set_driver_timeout_ms
     aeron_context_set_client_name aeron_context_set_error_handler aeron_context_set_use_conductor_agent_invoker
@@ -64,15 +68,19 @@ _FUNCTIONS = """
 
 def _declarations(header: str) -> str:
     """The cdef for the names above, cut out of aeronc.h (one declaration each)."""
-    patterns = ([rf"^typedef struct \w+ {name};" for name in _TYPES]
-                + [rf"^typedef [\w ]+\(\*{name}\)\([^;]*\);" for name in _CALLBACK_TYPES]
-                + [rf"^(?:const )?\w+ \*?{name}\([^;]*\);" for name in _FUNCTIONS])
+    patterns = (
+        [rf"^typedef struct \w+ {name};" for name in _TYPES]
+        + [rf"^typedef [\w ]+\(\*{name}\)\([^;]*\);" for name in _CALLBACK_TYPES]
+        + [rf"^(?:const )?\w+ \*?{name}\([^;]*\);" for name in _FUNCTIONS]
+    )
     found = []
     for pattern in patterns:
         match = re.search(pattern, header, re.MULTILINE)
         if match is None:
-            raise EnvironmentProblem(f"aeronc.h lacks a declaration matching {pattern!r}",
-                                     "rebuild with scripts/build-aeron.sh --force (Aeron 1.52.2)")
+            raise EnvironmentProblem(
+                f"aeronc.h lacks a declaration matching {pattern!r}",
+                "rebuild with scripts/build-aeron.sh --force (Aeron 1.52.2)",
+            )
         found.append(match.group(0))
     return "\n".join(found)
 
@@ -86,8 +94,10 @@ def aeron_home() -> Path:
     default = Path(__file__).resolve().parent.parent / "third_party" / "aeron" / "install"
     home = Path(os.environ.get("COLLAPSAR_AERON_HOME", default))
     if not (home / "lib" / "libaeron.so").is_file() or not (home / "bin" / "aeronmd").is_file():
-        raise EnvironmentProblem(f"Aeron is not built ({home} lacks lib/libaeron.so or bin/aeronmd)",
-                                 "run scripts/build-aeron.sh (or point COLLAPSAR_AERON_HOME at an install)")
+        raise EnvironmentProblem(
+            f"Aeron is not built ({home} lacks lib/libaeron.so or bin/aeronmd)",
+            "run scripts/build-aeron.sh (or point COLLAPSAR_AERON_HOME at an install)",
+        )
     return home
 
 
@@ -138,8 +148,9 @@ def _close_at_exit() -> None:
 class Client:
     """An Aeron client bound to one driver's dir; all work happens in `do_work`."""
 
-    def __init__(self, aeron_dir: str | os.PathLike, *, driver_timeout_ms: int = DRIVER_TIMEOUT_MS,
-                 name: str = "collapsar"):
+    def __init__(
+        self, aeron_dir: str | os.PathLike, *, driver_timeout_ms: int = DRIVER_TIMEOUT_MS, name: str = "collapsar"
+    ):
         lib = _library()
         self.errors: list[tuple[int, str]] = []
         self.driver_lost = False
@@ -151,11 +162,13 @@ class Client:
         self._ctx = ctx[0]
         self._client = _ffi.NULL
         try:
-            for ok in (lib.aeron_context_set_dir(self._ctx, str(aeron_dir).encode()),
-                       lib.aeron_context_set_driver_timeout_ms(self._ctx, driver_timeout_ms),
-                       lib.aeron_context_set_client_name(self._ctx, name.encode()),
-                       lib.aeron_context_set_error_handler(self._ctx, self._on_error, _ffi.NULL),
-                       lib.aeron_context_set_use_conductor_agent_invoker(self._ctx, True)):
+            for ok in (
+                lib.aeron_context_set_dir(self._ctx, str(aeron_dir).encode()),
+                lib.aeron_context_set_driver_timeout_ms(self._ctx, driver_timeout_ms),
+                lib.aeron_context_set_client_name(self._ctx, name.encode()),
+                lib.aeron_context_set_error_handler(self._ctx, self._on_error, _ffi.NULL),
+                lib.aeron_context_set_use_conductor_agent_invoker(self._ctx, True),
+            ):
                 if ok < 0:
                     raise _failure("aeron_context_set_*")
             client = _ffi.new("aeron_t **")
@@ -198,8 +211,9 @@ class Client:
             started = lib.aeron_async_add_publication(pending, self._client, channel.encode(), stream_id)
             poll = lib.aeron_async_add_publication_poll
         else:
-            started = lib.aeron_async_add_subscription(pending, self._client, channel.encode(), stream_id,
-                                                       _ffi.NULL, _ffi.NULL, _ffi.NULL, _ffi.NULL)
+            started = lib.aeron_async_add_subscription(
+                pending, self._client, channel.encode(), stream_id, _ffi.NULL, _ffi.NULL, _ffi.NULL, _ffi.NULL
+            )
             poll = lib.aeron_async_add_subscription_poll
         if started < 0:
             raise _failure(f"{kind} {channel} stream {stream_id}")
@@ -270,8 +284,10 @@ class Subscription:
         self._handle, self.channel, self.stream_id = handle, channel, stream_id
         self._batch: list[bytes] = []
         # The driver may reuse a fragment's memory after the callback: copy now.
-        self._on_message = _ffi.callback("void(void *, const uint8_t *, size_t, aeron_header_t *)",
-                                         lambda _c, buf, length, _h: self._batch.append(_ffi.buffer(buf, length)[:]))
+        self._on_message = _ffi.callback(
+            "void(void *, const uint8_t *, size_t, aeron_header_t *)",
+            lambda _c, buf, length, _h: self._batch.append(_ffi.buffer(buf, length)[:]),
+        )
         assembler = _ffi.new("aeron_fragment_assembler_t **")
         if _library().aeron_fragment_assembler_create(assembler, self._on_message, _ffi.NULL) < 0:
             raise _failure("aeron_fragment_assembler_create")
@@ -302,6 +318,7 @@ class Subscription:
 
 
 # ---- a transport that survives its driver ----------------------------------------
+
 
 class Transport:
     """A media driver this manager owns, a client on it, and the publications and

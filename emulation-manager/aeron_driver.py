@@ -61,8 +61,9 @@ def _open_log(path: Path) -> int:
     except OSError as error:
         # Refused by O_NOFOLLOW (ELOOP) or, in a sticky directory, by the kernel (EACCES).
         planted = os.path.islink(path)
-        raise AeronError(f"media driver log {path}: "
-                         f"{'a symbolic link, refused' if planted else error.strerror}") from None
+        raise AeronError(
+            f"media driver log {path}: {'a symbolic link, refused' if planted else error.strerror}"
+        ) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
         os.close(fd)
@@ -77,8 +78,14 @@ class MediaDriver:
     to bind UDP inside a namespace; `ip netns exec` execs, so the PID is aeronmd's.
     """
 
-    def __init__(self, aeron_dir: str | os.PathLike, *, prefix: tuple[str, ...] = (),
-                 term_length_bytes: int = TERM_LENGTH_BYTES, log_path: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        aeron_dir: str | os.PathLike,
+        *,
+        prefix: tuple[str, ...] = (),
+        term_length_bytes: int = TERM_LENGTH_BYTES,
+        log_path: str | os.PathLike | None = None,
+    ):
         self.aeron_dir = Path(aeron_dir)
         self.prefix = tuple(prefix)
         self.term_length_bytes = term_length_bytes
@@ -118,11 +125,14 @@ class MediaDriver:
         except FileNotFoundError:  # the driver makes it, 0700 like the dir
             return
         others_may_rename = st.st_uid not in (0, os.geteuid()) or (
-            st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX)
+            st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
+        )
         if others_may_rename:  # they could swap the dir for theirs after every check below
-            raise AeronError(f"aeron dir {self.aeron_dir}: its parent {parent} lets other users rename "
-                             f"what is in it (uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); "
-                             f"choose another place")
+            raise AeronError(
+                f"aeron dir {self.aeron_dir}: its parent {parent} lets other users rename "
+                f"what is in it (uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); "
+                f"choose another place"
+            )
         try:
             st = os.lstat(self.aeron_dir)
         except FileNotFoundError:
@@ -148,8 +158,13 @@ class MediaDriver:
         self._clear_dir()
         log_fd = _open_log(self.log_path)
         try:
-            self.process = subprocess.Popen(self.argv(), stdout=log_fd, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            self.process = subprocess.Popen(
+                self.argv(),
+                stdout=log_fd,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+            )
         finally:
             os.close(log_fd)
         _started_drivers.add(self)

@@ -77,8 +77,13 @@ class KeepAwake:
 
     def start(self) -> None:
         for cpu in sorted(os.sched_getaffinity(0)):
-            proc = subprocess.Popen([sys.executable, "-c", _SPIN, str(os.getpid())], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _SPIN, str(os.getpid())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             self.procs.append(proc)
             os.sched_setscheduler(proc.pid, os.SCHED_IDLE, os.sched_param(0))
             os.sched_setaffinity(proc.pid, {cpu})

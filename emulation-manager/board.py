@@ -34,16 +34,29 @@ class Encoded:
 def paths_rows(configured: Iterable[tuple[str, dict[str, NetPath | None], set[str]]]) -> list[dict]:
     """/paths from (src, dst -> path, cut destinations) per instance: a copy
     the run took under its lock, turned into rows outside it."""
-    return [{"src": src, "dst": dst, "cut": path is None or dst in cut,
-             **({} if path is None or dst in cut else {
-                 "delay_us": path.delay_us, "jitter_us": path.jitter_us,
-                 "loss_ratio": path.loss_ratio, "rate_bps": path.rate_bps})}
-            for src, shaped, cut in configured for dst, path in sorted(shaped.items())]
+    return [
+        {
+            "src": src,
+            "dst": dst,
+            "cut": path is None or dst in cut,
+            **(
+                {}
+                if path is None or dst in cut
+                else {
+                    "delay_us": path.delay_us,
+                    "jitter_us": path.jitter_us,
+                    "loss_ratio": path.loss_ratio,
+                    "rate_bps": path.rate_bps,
+                }
+            ),
+        }
+        for src, shaped, cut in configured
+        for dst, path in sorted(shaped.items())
+    ]
 
 
 class StatusBoard:
-    def __init__(self, paths: Callable[[], list[dict]] = list,
-                 paths_version: Callable[[], object] | None = None):
+    def __init__(self, paths: Callable[[], list[dict]] = list, paths_version: Callable[[], object] | None = None):
         """`paths()` builds /paths (O(instances^2)); `paths_version()`, if
         given, changes whenever they do, and the JSON is kept until it does."""
         self._cond = threading.Condition()
@@ -110,10 +123,12 @@ class StatusBoard:
 
     def metrics(self) -> str:
         version = self.snapshot()[0]
-        return ("# HELP collapsar_status_snapshots_total Snapshots the manager's loop has published\n"
-                "# TYPE collapsar_status_snapshots_total counter\n"
-                f"collapsar_status_snapshots_total {version}\n"
-                "# HELP collapsar_status_snapshot_encodings_total Snapshots encoded to JSON (at most "
-                "one per snapshot, whatever the readers)\n"
-                "# TYPE collapsar_status_snapshot_encodings_total counter\n"
-                f"collapsar_status_snapshot_encodings_total {self.encodings}\n")
+        return (
+            "# HELP collapsar_status_snapshots_total Snapshots the manager's loop has published\n"
+            "# TYPE collapsar_status_snapshots_total counter\n"
+            f"collapsar_status_snapshots_total {version}\n"
+            "# HELP collapsar_status_snapshot_encodings_total Snapshots encoded to JSON (at most "
+            "one per snapshot, whatever the readers)\n"
+            "# TYPE collapsar_status_snapshot_encodings_total counter\n"
+            f"collapsar_status_snapshot_encodings_total {self.encodings}\n"
+        )

@@ -110,8 +110,11 @@ class _Check:
     def run(self) -> _Check:
         head = self.records[0]
         if head.get("kind") != "run" or head.get("run_id") != self.run_id:
-            self.bad(0, f"first record {head.get('kind')!r} of run {head.get('run_id')!r}; expected the "
-                        f"'run' record of run {self.run_id}")
+            self.bad(
+                0,
+                f"first record {head.get('kind')!r} of run {head.get('run_id')!r}; expected the "
+                f"'run' record of run {self.run_id}",
+            )
         self.check_namespaces()
         try:
             plan = plan_network(self.run_id, list(self.netns.values()))
@@ -128,8 +131,11 @@ class _Check:
             name, instance = r.get("name"), r.get("instance")
             want = netns_name(self.run_id, instance) if isinstance(instance, str) else None
             if want is None or name != want or "/" in want:
-                self.bad(i, f"netns record {name!r} (instance {instance}): not a namespace of run "
-                            f"{self.run_id}; expected {want or f'cx-{self.run_id}-INSTANCE'}")
+                self.bad(
+                    i,
+                    f"netns record {name!r} (instance {instance}): not a namespace of run "
+                    f"{self.run_id}; expected {want or f'cx-{self.run_id}-INSTANCE'}",
+                )
             elif want in self.netns:
                 self.bad(i, f"netns record {name!r}: a second record of that namespace; expected one")
             else:
@@ -137,9 +143,12 @@ class _Check:
         for i, r in self.of_kind("netns_inode"):
             name, inode = r.get("name"), r.get("inode")
             if name not in self.netns or not _is_int(inode):
-                self.bad(i, f"netns_inode record {name!r}: not a namespace this journal records for run "
-                            f"{self.run_id}; expected {_one_of(list(self.netns), 'a recorded one (there is none)')} "
-                            f"and an inode number")
+                self.bad(
+                    i,
+                    f"netns_inode record {name!r}: not a namespace this journal records for run "
+                    f"{self.run_id}; expected {_one_of(list(self.netns), 'a recorded one (there is none)')} "
+                    f"and an inode number",
+                )
             else:
                 self.inodes[name] = inode
 
@@ -148,32 +157,46 @@ class _Check:
         for i, r in self.of_kind("veth"):
             name, net = r.get("name"), nets.get(r.get("instance"))
             if net is None or name != net.host_veth:
-                want = net.host_veth if net else _one_of([n.host_veth for n in plan.instances],
-                                                         "the veth of a recorded instance (there is none)")
-                self.bad(i, f"veth record {name!r}: not a veth of run {self.run_id} (instance "
-                            f"{r.get('instance')}); expected {want}")
+                want = (
+                    net.host_veth
+                    if net
+                    else _one_of(
+                        [n.host_veth for n in plan.instances], "the veth of a recorded instance (there is none)"
+                    )
+                )
+                self.bad(
+                    i,
+                    f"veth record {name!r}: not a veth of run {self.run_id} (instance "
+                    f"{r.get('instance')}); expected {want}",
+                )
         for i, r in self.of_kind("bridge"):
             if r.get("name") != plan.bridge:
-                self.bad(i, f"bridge record {r.get('name')!r}: not the bridge of run {self.run_id}; "
-                            f"expected {plan.bridge}")
+                self.bad(
+                    i, f"bridge record {r.get('name')!r}: not the bridge of run {self.run_id}; expected {plan.bridge}"
+                )
         for i, r in self.of_kind("fw_accept"):
             if r.get("bridge") != plan.bridge or not isinstance(r.get("tag"), str):
-                self.bad(i, f"fw_accept record for bridge {r.get('bridge')!r}: not the bridge of run "
-                            f"{self.run_id}; expected {plan.bridge} and a tag")
+                self.bad(
+                    i,
+                    f"fw_accept record for bridge {r.get('bridge')!r}: not the bridge of run "
+                    f"{self.run_id}; expected {plan.bridge} and a tag",
+                )
 
     def check_files(self) -> None:
         hosts = [str(hosts_file(name)) for name in self.netns]
         for i, r in self.of_kind("hosts"):
             if r.get("path") not in hosts:
-                self.bad(i, f"hosts record {r.get('path')!r}: not a hosts file of run {self.run_id}; "
-                            f"expected {_one_of(hosts, 'the hosts file of a recorded namespace (there is none)')}")
+                self.bad(
+                    i,
+                    f"hosts record {r.get('path')!r}: not a hosts file of run {self.run_id}; "
+                    f"expected {_one_of(hosts, 'the hosts file of a recorded namespace (there is none)')}",
+                )
         pins = pin_dir(self.run_id)
         for i, r in self.of_kind("bpf_pin"):
             path = r.get("path")
             name = Path(path).name if isinstance(path, str) else ""
             if not (_PLAIN_NAME.match(name) and name not in (".", "..") and path == str(pins / name)):
-                self.bad(i, f"bpf_pin record {path!r}: not in run {self.run_id}'s pin directory; "
-                            f"expected {pins}/NAME")
+                self.bad(i, f"bpf_pin record {path!r}: not in run {self.run_id}'s pin directory; expected {pins}/NAME")
 
     def check_processes(self) -> None:
         for i, r in self.of_kind("process"):
@@ -187,11 +210,13 @@ class _Check:
             elif not same_process(pid, start) or netns_of_process(pid) is None:
                 continue  # gone (or a recycled pid): nothing to kill, nothing to check
             elif ns not in self.inodes:
-                self.bad(i, f"{said}: the journal records no inode for {ns}, so the process cannot be "
-                            f"shown to be the run's")
+                self.bad(
+                    i, f"{said}: the journal records no inode for {ns}, so the process cannot be shown to be the run's"
+                )
             elif not in_run_netns(pid, ns, self.inodes[ns]):
-                self.bad(i, f"{said}: it is not in the run's namespace {ns}; a process the run did "
-                            f"not start is never killed")
+                self.bad(
+                    i, f"{said}: it is not in the run's namespace {ns}; a process the run did not start is never killed"
+                )
 
 
 def check_journal(records: list[dict], run_id: str, where: str = "journal") -> list[str]:
@@ -215,8 +240,7 @@ def plan_cleanup(records: list[dict], run_id: str | None = None, where: str = "j
     problems = check_journal(records, run_id, where)
     if problems:
         more = len(problems) - 1
-        raise CollapsarError(problems[0] + (f" (and {more} more refused record{'s' * (more > 1)})"
-                                            if more else ""))
+        raise CollapsarError(problems[0] + (f" (and {more} more refused record{'s' * (more > 1)})" if more else ""))
     by_kind: dict[str, list[dict]] = {}
     for record in records:
         by_kind.setdefault(record.get("kind", ""), []).append(record)
@@ -225,10 +249,19 @@ def plan_cleanup(records: list[dict], run_id: str | None = None, where: str = "j
     for r in by_kind.get("process", []):
         ns = netns_name(run_id, r["instance"])
         if ns in inodes:  # without a known namespace inode it cannot be shown to be ours
-            steps.append(Step("kill", {"pid": r["pid"], "start_time": r.get("start_time"),
-                                       "instance": r["instance"], "netns": ns, "inode": inodes[ns]}))
-    steps += [Step("kill_netns", {"netns": r["name"], "inode": r["inode"]})
-              for r in by_kind.get("netns_inode", [])]
+            steps.append(
+                Step(
+                    "kill",
+                    {
+                        "pid": r["pid"],
+                        "start_time": r.get("start_time"),
+                        "instance": r["instance"],
+                        "netns": ns,
+                        "inode": inodes[ns],
+                    },
+                )
+            )
+    steps += [Step("kill_netns", {"netns": r["name"], "inode": r["inode"]}) for r in by_kind.get("netns_inode", [])]
     steps += [Step("unpin", {"path": r["path"]}) for r in by_kind.get("bpf_pin", [])]
     steps += [Step("del_link", {"name": r["name"]}) for r in reversed(by_kind.get("veth", []))]
     steps += [Step("del_link", {"name": r["name"]}) for r in by_kind.get("bridge", [])]
@@ -249,8 +282,10 @@ def find_run(target: str, state: Path | None = None) -> tuple[str, Path | None]:
     state = state or state_dir()
     runs = list_runs(state)
     known = ", ".join(runs) or "none"
-    missing = CollapsarError(f"cleanup {target}: no such run; expected a run id from {state / 'journals'} "
-                             f"(active or stale: {known}) or the directory of one of those runs")
+    missing = CollapsarError(
+        f"cleanup {target}: no such run; expected a run id from {state / 'journals'} "
+        f"(active or stale: {known}) or the directory of one of those runs"
+    )
     if is_run_id(target):
         if target in runs:
             return target, runs[target]
@@ -269,8 +304,10 @@ def find_run(target: str, state: Path | None = None) -> tuple[str, Path | None]:
     ended = _ended_run(Path(target) / JOURNAL)
     if ended:
         return ended, None
-    raise CollapsarError(f"cleanup {target}: {Path(target).resolve()} is not the run directory of any run "
-                         f"in {state / 'index'}; cleanup reads journals only from {state / 'journals'}")
+    raise CollapsarError(
+        f"cleanup {target}: {Path(target).resolve()} is not the run directory of any run "
+        f"in {state / 'index'}; cleanup reads journals only from {state / 'journals'}"
+    )
 
 
 def _ended_run(copy: Path) -> str | None:

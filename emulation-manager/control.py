@@ -68,7 +68,7 @@ def bearer_matches(header: str | None, token: str) -> bool:
     """`Authorization: Bearer <token>`, compared in constant time."""
     if not header or not header.startswith("Bearer "):
         return False
-    return hmac.compare_digest(header[len("Bearer "):].strip().encode(), token.encode())
+    return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token.encode())
 
 
 class ControlHandler(Protocol):
@@ -84,9 +84,13 @@ class RunControl:
     """What the HTTP layer calls; each action is a callback of the run (None:
     not available in this run, e.g. start without --wait-start)."""
 
-    def __init__(self, token: str, start: Callable[[], dict] | None = None,
-                 stop: Callable[[], dict] | None = None,
-                 link: Callable[[dict], dict] | None = None):
+    def __init__(
+        self,
+        token: str,
+        start: Callable[[], dict] | None = None,
+        stop: Callable[[], dict] | None = None,
+        link: Callable[[dict], dict] | None = None,
+    ):
         self.token = token
         self._actions = {"start": start, "stop": stop, "link": link}
 
@@ -96,12 +100,12 @@ class RunControl:
     def handle(self, action: str, body: object, authorization: str | None = None) -> dict:
         """`authorization` is already checked here; a proxy passes it on."""
         if action not in ACTIONS:
-            raise ControlRefused(404, f"no control action {action[:40]!r}; expected one of "
-                                 f"{', '.join(ACTIONS)}")
+            raise ControlRefused(404, f"no control action {action[:40]!r}; expected one of {', '.join(ACTIONS)}")
         callback = self._actions[action]
         if callback is None:
-            why = ("this run was not started with --wait-start" if action == "start"
-                   else "this manager does not offer it")
+            why = (
+                "this run was not started with --wait-start" if action == "start" else "this manager does not offer it"
+            )
             raise ControlRefused(409, f"{action}: {why}")
         return callback(body) if action == "link" else callback()
 
@@ -109,19 +113,19 @@ class RunControl:
 def read_change(body: object) -> tuple[str, str, dict]:
     """The request's shape only; values are the parser's business."""
     if not isinstance(body, dict):
-        raise ControlRefused(400, 'link change: expected a JSON object like {"link": ["s1", '
-                             '"s2"], "set": {"bandwidth": "5Mbps"}}')
+        raise ControlRefused(
+            400, 'link change: expected a JSON object like {"link": ["s1", "s2"], "set": {"bandwidth": "5Mbps"}}'
+        )
     extra = sorted(set(body) - {"link", "set"})
     if extra:
-        raise ControlRefused(400, f"link change: unexpected key {extra[0][:40]!r}; expected "
-                             "link and set (the time is now)")
+        raise ControlRefused(
+            400, f"link change: unexpected key {extra[0][:40]!r}; expected link and set (the time is now)"
+        )
     link, changes = body.get("link"), body.get("set")
-    if (not isinstance(link, list) or len(link) != 2
-            or not all(isinstance(end, str) for end in link)):
+    if not isinstance(link, list) or len(link) != 2 or not all(isinstance(end, str) for end in link):
         raise ControlRefused(400, 'link change: "link" must name the two ends, like ["s1", "s2"]')
     if not isinstance(changes, dict) or not changes:
-        raise ControlRefused(400, 'link change: "set" must be an object like '
-                             '{"latency": "50ms", "bandwidth": "5Mbps"}')
+        raise ControlRefused(400, 'link change: "set" must be an object like {"latency": "50ms", "bandwidth": "5Mbps"}')
     return link[0], link[1], changes
 
 
@@ -149,8 +153,9 @@ def with_events(text: str, source: str, extra: list[dict]):
 class AdHocLinks:
     """Turns link-change requests into a new future for the player."""
 
-    def __init__(self, text: str, source: str, player, netem: bool,
-                 on_change: Callable[[object], None] = lambda timeline: None):
+    def __init__(
+        self, text: str, source: str, player, netem: bool, on_change: Callable[[object], None] = lambda timeline: None
+    ):
         """`on_change(timeline)`: told the new timeline once it plays (the
         sharing loop reads link capacities from the run's timeline)."""
         self.text, self.source = text, source
@@ -164,14 +169,16 @@ class AdHocLinks:
             experiment = with_events(self.text, self.source, [*self.changes, event])
             timeline = build_timeline(experiment)
         except TopologyError as error:
-            raise ControlRefused(400, "link change refused: "
-                                 + "; ".join(p.message for p in error.problems)) from None
+            raise ControlRefused(400, "link change refused: " + "; ".join(p.message for p in error.problems)) from None
         except CollapsarError as error:
             raise ControlRefused(400, f"link change refused: {error}") from None
         if not self.netem and needs_netem(timeline_paths(timeline)):
-            raise ControlRefused(400, "link change refused: this run shapes rates only (htb, no "
-                                 "netem: no path had latency, jitter or loss); latency, jitter "
-                                 "and loss can change only in a run that starts with some")
+            raise ControlRefused(
+                400,
+                "link change refused: this run shapes rates only (htb, no "
+                "netem: no path had latency, jitter or loss); latency, jitter "
+                "and loss can change only in a run that starts with some",
+            )
         return timeline
 
     def apply(self, body: object) -> dict:
@@ -198,9 +205,15 @@ class AdHocLinks:
         return {"ok": True, "at_us": at_us, "label": f"ad-hoc: {label}"}
 
 
-def local_control(run_dir: Path, say: Callable[[str], None], player, adhoc: AdHocLinks,
-                  wait_start: bool, start_requested: threading.Event,
-                  stop: Callable[[str], None]) -> RunControl:
+def local_control(
+    run_dir: Path,
+    say: Callable[[str], None],
+    player,
+    adhoc: AdHocLinks,
+    wait_start: bool,
+    start_requested: threading.Event,
+    stop: Callable[[str], None],
+) -> RunControl:
     """The control actions of a local run: a fresh token, printed and written
     to the run directory; start only with --wait-start.  Start and stop only
     raise flags: the run's own loop acts on them at its next tick, so every

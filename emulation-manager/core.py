@@ -54,9 +54,17 @@ def effective_fields(path: Path, override: Override | None, netem: bool) -> dict
 
 
 class EmulationCore:
-    def __init__(self, instance: str, ifname: str, netns: str, ip_of: dict[str, str],
-                 tree_factory: Callable[..., object], shaping_type: type,
-                 netem: bool, wire_overhead: bool):
+    def __init__(
+        self,
+        instance: str,
+        ifname: str,
+        netns: str,
+        ip_of: dict[str, str],
+        tree_factory: Callable[..., object],
+        shaping_type: type,
+        netem: bool,
+        wire_overhead: bool,
+    ):
         self.instance = instance
         self.ip_of = ip_of
         self.netem = netem
@@ -88,8 +96,12 @@ class EmulationCore:
         default class instead of being dropped."""
         others = {d: p for d, p in paths.items() if d != self.instance}
         # One setup for all (the TCAL batches it); placeholders are cut after.
-        self.tree.setup([self._shaping(dst, path) if path is not None
-                         else self._shaping_type(self.ip_of[dst], None) for dst, path in others.items()])
+        self.tree.setup(
+            [
+                self._shaping(dst, path) if path is not None else self._shaping_type(self.ip_of[dst], None)
+                for dst, path in others.items()
+            ]
+        )
         self.shaped = dict(others)
         for dst, path in others.items():
             if path is None:
@@ -175,11 +187,13 @@ class RealTcal:
 
     def __init__(self):
         from ..tcal import Shaping, TcTree, check_kernel
+
         self.Shaping, self.TcTree, self.check_kernel = Shaping, TcTree, check_kernel
 
     @staticmethod
     def counters_factory(ifname: str, netns: str):
         from ..tcal.counters import Counters
+
         return Counters(ifname, netns=netns)
 
 

@@ -25,22 +25,28 @@ def describe_run(experiment: Experiment, timeline, subnet: str) -> list[str]:
     netem = needs_netem(timeline_paths(timeline))
     first = timeline.steps[0].state
     present = set(first.instances)
-    lines = [f"dry run of {experiment.source}: {len(instances)} instances on bridge {plan.bridge}, "
-             f"subnet {plan.subnet}, leaves: {'netem' if netem else 'pfifo (no delay/jitter/loss)'}, "
-             f"{len(timeline.steps) - 1} timeline steps after t=0"]
+    lines = [
+        f"dry run of {experiment.source}: {len(instances)} instances on bridge {plan.bridge}, "
+        f"subnet {plan.subnet}, leaves: {'netem' if netem else 'pfifo (no delay/jitter/loss)'}, "
+        f"{len(timeline.steps) - 1} timeline steps after t=0"
+    ]
     for net in plan.instances:
         launch = runnable.get(net.instance)
         when = "at t=0" if net.instance in present else "on a later join"
         command = " ".join(launch.argv) if launch else "(no command)"
-        lines.append(f"instance {net.instance}: {net.ip}/{net.prefixlen} on {net.netns}/{net.ifname}, "
-                     f"starts {when}: {command}")
+        lines.append(
+            f"instance {net.instance}: {net.ip}/{net.prefixlen} on {net.netns}/{net.ifname}, starts {when}: {command}"
+        )
         shapings, cut = [], []
         for dst, path in paths_from(first, net.instance, instances).items():
             if path is None:
                 cut.append(dst)
                 continue
-            shapings.append(Shaping(plan.ip_of()[dst], path.rate_bps, path.delay_us, path.jitter_us,
-                                    path.distribution, path.loss_ratio))
+            shapings.append(
+                Shaping(
+                    plan.ip_of()[dst], path.rate_bps, path.delay_us, path.jitter_us, path.distribution, path.loss_ratio
+                )
+            )
         tree = plan_tree(shapings, wire_overhead=experiment.settings.wire_overhead, netem=netem)
         lines += [f"  {line}" for line in tree.describe()]
         if cut:

@@ -36,13 +36,20 @@ def launches(experiment: Experiment, instances: list[str], plan: NetworkPlan) ->
         if not service.command:
             if service.image:
                 where = f"{service.where}: " if service.where else ""
-                raise CollapsarError(f"{where}service {service.name}: local mode runs commands, and this "
-                                     f"service has only an image ({service.image}); add a `command` "
-                                     f"or use the compose mode")
+                raise CollapsarError(
+                    f"{where}service {service.name}: local mode runs commands, and this "
+                    f"service has only an image ({service.image}); add a `command` "
+                    f"or use the compose mode"
+                )
             continue
-        env = {**service.env, "PATH": instance_path(service.env.get("PATH")),
-               "COLLAPSAR_INSTANCE": instance, "COLLAPSAR_SERVICE": service.name,
-               "COLLAPSAR_IP": ip_of[instance], "COLLAPSAR_RUN_ID": plan.run_id}
+        env = {
+            **service.env,
+            "PATH": instance_path(service.env.get("PATH")),
+            "COLLAPSAR_INSTANCE": instance,
+            "COLLAPSAR_SERVICE": service.name,
+            "COLLAPSAR_IP": ip_of[instance],
+            "COLLAPSAR_RUN_ID": plan.run_id,
+        }
         result[instance] = Launch(instance, tuple(service.command), env, service.workdir)
     return result
 

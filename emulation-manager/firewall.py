@@ -40,7 +40,9 @@ def _iptables() -> str:
         raise EnvironmentProblem(
             "bridged traffic on this host passes through iptables (br_netfilter is loaded, "
             "e.g. by Docker), but the iptables command is missing, so the run's bridge cannot "
-            "be let through", "install iptables, or `sysctl net.bridge.bridge-nf-call-iptables=0`")
+            "be let through",
+            "install iptables, or `sysctl net.bridge.bridge-nf-call-iptables=0`",
+        )
     return found
 
 
@@ -57,8 +59,7 @@ def allow_bridge(bridge: str, tag: str, record) -> bool:
     chain, *match = rule_args(bridge, tag)
     done = _call([iptables, "-w", "-I", chain, "1", *match])  # first: before any DROP
     if done.returncode != 0:
-        raise KernelError(f"bridge {bridge}: cannot add the iptables FORWARD accept rule: "
-                          f"{done.stderr.strip()}")
+        raise KernelError(f"bridge {bridge}: cannot add the iptables FORWARD accept rule: {done.stderr.strip()}")
     return True
 
 

@@ -18,11 +18,12 @@ import traceback
 
 POLL_S = 0.05  # how soon a stop is seen (the stdlib server's loop polled as often)
 ACCEPTS_PER_TURN = 64  # then the connections already waiting get their turn
-_BODY = json.dumps({"error": "the status API is serving as many requests as it allows; "
-                             "try again shortly"}).encode()
-BUSY_RESPONSE = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                 b"Retry-After: 1\r\nCache-Control: no-store\r\nConnection: close\r\n"
-                 b"Content-Length: %d\r\n\r\n" % len(_BODY)) + _BODY
+_BODY = json.dumps({"error": "the status API is serving as many requests as it allows; try again shortly"}).encode()
+BUSY_RESPONSE = (
+    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Retry-After: 1\r\nCache-Control: no-store\r\nConnection: close\r\n"
+    b"Content-Length: %d\r\n\r\n" % len(_BODY)
+) + _BODY
 HEAD_MAX = 16 * 1024  # read of a turned-away request before it is answered anyway
 
 

@@ -68,25 +68,33 @@ class Counters:
 
     def metrics(self, handlers: int, streams: int) -> str:
         v = self.values
-        return "\n".join([
-            "# HELP collapsar_status_rejected_total Connections answered 503 or dropped: over a cap",
-            "# TYPE collapsar_status_rejected_total counter",
-            f'collapsar_status_rejected_total{{reason="connections"}} {v["busy"]}',
-            f'collapsar_status_rejected_total{{reason="streams"}} {v["streams_full"]}',
-            f'collapsar_status_rejected_total{{reason="waiting"}} {v["waiting_full"]}',
-            "# HELP collapsar_status_timeouts_total Connections closed for being too slow",
-            "# TYPE collapsar_status_timeouts_total counter",
-            *(f'collapsar_status_timeouts_total{{phase="{phase}"}} {v[phase]}'
-              for phase in ("idle", "request", "write")),
-            "# HELP collapsar_status_errors_total Requests answered 500 (traceback in the log)",
-            "# TYPE collapsar_status_errors_total counter",
-            f"collapsar_status_errors_total {v['errors']}",
-            "# HELP collapsar_status_connections Requests served now (a stream only as it starts)",
-            "# TYPE collapsar_status_connections gauge",
-            f"collapsar_status_connections {handlers}",
-            "# HELP collapsar_status_streams Server-sent-event clients now",
-            "# TYPE collapsar_status_streams gauge",
-            f"collapsar_status_streams {streams}"]) + "\n"
+        return (
+            "\n".join(
+                [
+                    "# HELP collapsar_status_rejected_total Connections answered 503 or dropped: over a cap",
+                    "# TYPE collapsar_status_rejected_total counter",
+                    f'collapsar_status_rejected_total{{reason="connections"}} {v["busy"]}',
+                    f'collapsar_status_rejected_total{{reason="streams"}} {v["streams_full"]}',
+                    f'collapsar_status_rejected_total{{reason="waiting"}} {v["waiting_full"]}',
+                    "# HELP collapsar_status_timeouts_total Connections closed for being too slow",
+                    "# TYPE collapsar_status_timeouts_total counter",
+                    *(
+                        f'collapsar_status_timeouts_total{{phase="{phase}"}} {v[phase]}'
+                        for phase in ("idle", "request", "write")
+                    ),
+                    "# HELP collapsar_status_errors_total Requests answered 500 (traceback in the log)",
+                    "# TYPE collapsar_status_errors_total counter",
+                    f"collapsar_status_errors_total {v['errors']}",
+                    "# HELP collapsar_status_connections Requests served now (a stream only as it starts)",
+                    "# TYPE collapsar_status_connections gauge",
+                    f"collapsar_status_connections {handlers}",
+                    "# HELP collapsar_status_streams Server-sent-event clients now",
+                    "# TYPE collapsar_status_streams gauge",
+                    f"collapsar_status_streams {streams}",
+                ]
+            )
+            + "\n"
+        )
 
 
 class Slots:
@@ -127,8 +135,7 @@ class ErrorLog:
                 log.write(f"{stamp} {what}\n{trace}\n")
             if not self._told:
                 self._told = True
-                print(f"warning: status API: {what}; tracebacks in {self.path}", file=sys.stderr,
-                      flush=True)
+                print(f"warning: status API: {what}; tracebacks in {self.path}", file=sys.stderr, flush=True)
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -210,8 +217,7 @@ class GuardedHandler(BaseHTTPRequestHandler):
                 self._internal_error()
 
     def _internal_error(self) -> None:
-        body = json.dumps({"error": "internal error of the status API; the traceback is in the "
-                                    "manager's log"}).encode()
+        body = json.dumps({"error": "internal error of the status API; the traceback is in the manager's log"}).encode()
         try:
             self.send_response(500)
             self.send_header("Content-Type", "application/json")
@@ -228,8 +234,13 @@ class GuardedHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = BACKLOG
 
-    def __init__(self, address: tuple[str, int], handler: type[GuardedHandler],
-                 limits: Limits | None = None, error_log: Path | None = None):
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[GuardedHandler],
+        limits: Limits | None = None,
+        error_log: Path | None = None,
+    ):
         super().__init__(address, handler)
         self.limits = limits or Limits()
         self.counters = Counters()

@@ -102,8 +102,7 @@ class LivePlayer:
             if marked[0] is not segment:  # a new segment: its entries are marked afresh
                 marked = self._marked = (segment, [])
             if len(marked[1]) < len(fired):  # mark only what fired since the last call
-                marked[1].extend(self._mark(fired[len(marked[1]):],
-                                            len(self._history) + len(marked[1])))
+                marked[1].extend(self._mark(fired[len(marked[1]) :], len(self._history) + len(marked[1])))
             return self._history + marked[1]
 
     @property
@@ -116,9 +115,10 @@ class LivePlayer:
         """The next steps still to fire: time and what they do."""
         with self._log_lock:
             segment = self._paused or self._segment
-        steps = segment.timeline.steps[1 + len(segment.log):]
-        return [{"at_us": step.at_us, "label": "; ".join(describe_event(e) for e in step.events)}
-                for step in steps[:limit]]
+        steps = segment.timeline.steps[1 + len(segment.log) :]
+        return [
+            {"at_us": step.at_us, "label": "; ".join(describe_event(e) for e in step.events)} for step in steps[:limit]
+        ]
 
     @property
     def last_at_us(self) -> int:
@@ -129,8 +129,9 @@ class LivePlayer:
         for offset, entry in enumerate(fired):
             adhoc = self._adhoc.get(entry.scheduled_us)
             label = entry.label if adhoc is None else f"ad-hoc: {adhoc}"
-            out.append(LiveFired(**{**entry.__dict__, "index": first_index + offset,
-                                    "label": label}, adhoc=adhoc is not None))
+            out.append(
+                LiveFired(**{**entry.__dict__, "index": first_index + offset, "label": label}, adhoc=adhoc is not None)
+            )
         return out
 
     # ---- swapping the future ----------------------------------------------------
@@ -151,8 +152,9 @@ class LivePlayer:
         with self._log_lock:  # history and segment change together: no entry counted twice
             self._history = history
             self._paused = self._segment
-            self._segment = Player(SimpleNamespace(steps=self.timeline.steps[:1]),
-                                   self.actuator, self.local)  # empty until replace/resume
+            self._segment = Player(
+                SimpleNamespace(steps=self.timeline.steps[:1]), self.actuator, self.local
+            )  # empty until replace/resume
         return max((entry.scheduled_us for entry in self._history), default=0)
 
     def replace(self, timeline, applied_at_us: int, adhoc_at_us: int, label: str) -> None:
@@ -169,8 +171,7 @@ class LivePlayer:
                 self._segment = Player(timeline, self.actuator, self.local)
                 self._paused = None
                 # Part of the t=0 shaping, so no step of its own: log it here.
-                self._history.append(LiveFired(len(self._history), f"ad-hoc: {label}",
-                                               0, 0, 0, 0, adhoc=True))
+                self._history.append(LiveFired(len(self._history), f"ad-hoc: {label}", 0, 0, 0, 0, adhoc=True))
             return
         self.resume(applied_at_us)
 
@@ -200,4 +201,3 @@ class LivePlayer:
     @property
     def lock(self) -> threading.Lock:
         return self._lock
-

@@ -74,8 +74,7 @@ def _once_in_force(note: Callable[[], object]) -> None:
 
 
 class LocalRun:
-    def __init__(self, experiment: Experiment, timeline, options: RunOptions,
-                 out: TextIO = sys.stdout, tcal=None):
+    def __init__(self, experiment: Experiment, timeline, options: RunOptions, out: TextIO = sys.stdout, tcal=None):
         self.experiment = experiment
         self.timeline = timeline
         self.options = options
@@ -118,6 +117,7 @@ class LocalRun:
         def mark_all() -> None:
             for dst, rate_bps, cut in marks:
                 self.meter.mark(src, dst, rate_bps, cut)
+
         _once_in_force(mark_all)
 
     def _configured_rate(self, src: str, dst: str) -> tuple[int | None, bool]:
@@ -161,12 +161,10 @@ class LocalRun:
         lock = RunLock.acquire(state, self.run_id, run_path)
         for run_id, journal in list_runs(state).items():
             if is_stale(read_journal(journal)):
-                self.say(f"warning: run {run_id} was not torn down; "
-                          f"`collapsar cleanup {run_id}` removes its leftovers")
+                self.say(f"warning: run {run_id} was not torn down; `collapsar cleanup {run_id}` removes its leftovers")
         self.rundir = RunDir.create(self.run_id, self.options.run_base, state)
         # SIGHUP too: a closed terminal ends the run as Ctrl-C does, with its teardown.
-        old_handlers = {s: signal.signal(s, self._on_signal)
-                        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         # The timeline thread must get the GIL soon after its deadline: with the
         # default 5 ms switch interval a busy main loop alone could break the
         # 5 ms lateness budget.
@@ -177,11 +175,15 @@ class LocalRun:
         try:
             self.say(f"run {self.run_id}: {len(self.instances)} instances, run directory {self.rundir.path}")
             if awake.procs:
-                self.say(f"keeping {len(awake.procs)} CPUs awake at idle priority (a virtual machine's halted "
-                         f"CPU wakes late; --keep-awake off stops this)")
+                self.say(
+                    f"keeping {len(awake.procs)} CPUs awake at idle priority (a virtual machine's halted "
+                    f"CPU wakes late; --keep-awake off stops this)"
+                )
             outputs.write_plan(self)
-            self.rundir.write_file("experiment.yaml",  # the topology as run, for `collapsar trace`
-                                   self.options.source_text or Path(self.experiment.source).read_text())
+            self.rundir.write_file(
+                "experiment.yaml",  # the topology as run, for `collapsar trace`
+                self.options.source_text or Path(self.experiment.source).read_text(),
+            )
             workload_report.trace_into(self)
             server = self._bring_up(tcal)
             self._loop()
@@ -195,8 +197,10 @@ class LocalRun:
         failed = [fired for fired in self.player.log if fired.error]
         if failed:
             first = failed[0]
-            raise RunError(f"{len(failed)} timeline step(s) failed to apply; the first, at "
-                           f"{first.scheduled_us / 1e6:g}s ({first.label}): {first.error}")
+            raise RunError(
+                f"{len(failed)} timeline step(s) failed to apply; the first, at "
+                f"{first.scheduled_us / 1e6:g}s ({first.label}): {first.error}"
+            )
         outputs.raise_on_failed_instances(self)
         return 0
 
@@ -209,8 +213,16 @@ class LocalRun:
         first = self.timeline.steps[0].state
         for net in self.plan.instances:
             journal.record("qdisc", netns=net.netns, ifname=net.ifname, handle="1:")
-            core = EmulationCore(net.instance, net.ifname, net.netns, ip_of, tcal.TcTree, tcal.Shaping,
-                                 netem=self.netem, wire_overhead=self.experiment.settings.wire_overhead)
+            core = EmulationCore(
+                net.instance,
+                net.ifname,
+                net.netns,
+                ip_of,
+                tcal.TcTree,
+                tcal.Shaping,
+                netem=self.netem,
+                wire_overhead=self.experiment.settings.wire_overhead,
+            )
             core.install(paths_from(first, net.instance, self.instances))
             self.cores[net.instance] = core
         if self.options.probe_count:
@@ -224,7 +236,8 @@ class LocalRun:
             # armed before ip's setup work, which the signal then survives (exec).
             prefix=lambda inst: ["setpriv", "--pdeathsig", "KILL", "--", "ip", "netns", "exec", nets[inst].netns],
             on_start=lambda inst, pid, st: journal.record("process", instance=inst, pid=pid, start_time=st),
-            grace_s=self.options.grace_s)
+            grace_s=self.options.grace_s,
+        )
         for instance in first.instances:
             self.network[instance] = first.status(instance)
         # Everything that acts while the commands run is up before the first
@@ -235,22 +248,39 @@ class LocalRun:
         self.meter.start()
         if self.options.sharing:
             from .share_local import LocalSharing
+
             self.sharing = LocalSharing(self, self.say)
             self.meter.wait_attached()
         self.board = StatusBoard(self._paths_json, lambda: self.paths_version)
         self.player = LivePlayer(self.timeline, self)
         self._start_requested = threading.Event()
         text = self.options.source_text
-        adhoc = AdHocLinks(Path(self.experiment.source).read_text() if text is None else text,
-                           self.experiment.source, self.player, self.netem,
-                           on_change=lambda timeline: setattr(self, "timeline", timeline))
+        adhoc = AdHocLinks(
+            Path(self.experiment.source).read_text() if text is None else text,
+            self.experiment.source,
+            self.player,
+            self.netem,
+            on_change=lambda timeline: setattr(self, "timeline", timeline),
+        )
         server = None
         if self.options.status_port is not None:
-            control = local_control(self.rundir.path, self.say, self.player, adhoc,
-                                    self.options.wait_start, self._start_requested, self._stop)
-            server = StatusServer(self.board, self.options.status_port, control=control,
-                                  topology=lambda: topology_json(first), assets=self.options.dashboard,
-                                  error_log=self.rundir.path / "status-errors.txt").start()
+            control = local_control(
+                self.rundir.path,
+                self.say,
+                self.player,
+                adhoc,
+                self.options.wait_start,
+                self._start_requested,
+                self._stop,
+            )
+            server = StatusServer(
+                self.board,
+                self.options.status_port,
+                control=control,
+                topology=lambda: topology_json(first),
+                assets=self.options.dashboard,
+                error_log=self.rundir.path / "status-errors.txt",
+            ).start()
             self.say(f"status: http://127.0.0.1:{server.port}/status (also /paths /events /stream /metrics)")
             if self.options.dashboard is not None:
                 self.say(f"dashboard: http://127.0.0.1:{server.port}/dashboard/")
@@ -258,9 +288,11 @@ class LocalRun:
         if not self.options.wait_start:
             self._start_commands()
         up_ms = (time.monotonic() - started) * 1000
-        self.say(f"{'network of' if self.options.wait_start else 'all'} {len(first.instances)} "
-                  f"instances up in {up_ms:.0f} ms"
-                  f" ({'netem' if self.netem else 'htb only, no delay/jitter/loss in this experiment'})")
+        self.say(
+            f"{'network of' if self.options.wait_start else 'all'} {len(first.instances)} "
+            f"instances up in {up_ms:.0f} ms"
+            f" ({'netem' if self.netem else 'htb only, no delay/jitter/loss in this experiment'})"
+        )
         self.up_ms = up_ms
         if self.options.wait_start:
             # The status API says so before the line does: a client that
@@ -312,8 +344,7 @@ class LocalRun:
                 self.board.publish(self._snapshot(now_us))
                 if self.options.duration_us is not None and now_us >= self.options.duration_us:
                     self._stop_reason = "duration reached"
-                elif (had_commands and self.player.started and now_us >= last_start_us
-                      and not self.supervisor.running()):
+                elif had_commands and self.player.started and now_us >= last_start_us and not self.supervisor.running():
                     self._stop_reason = "every command has exited"
                 next_tick += period_s
                 now = time.monotonic()
@@ -348,8 +379,10 @@ class LocalRun:
         if player is not None:
             stage("stop the timeline", player.stop)
         if supervisor is not None:
-            stage("stop the commands", lambda: [self.exit_codes.setdefault(e.instance, e.returncode)
-                                                for e in supervisor.stop_all()])
+            stage(
+                "stop the commands",
+                lambda: [self.exit_codes.setdefault(e.instance, e.returncode) for e in supervisor.stop_all()],
+            )
             stage("close the supervisor", supervisor.close)
         stage("report the flows", lambda: outputs.report_flows(self))
         for name in ("sharing", "meter", "board", "host_net"):
@@ -360,8 +393,10 @@ class LocalRun:
             stage("stop the status API", server.stop)
         # Namespaces go, and their qdiscs and the counters' filters with them:
         # no per-tree teardown is needed on this path.
-        stage("remove what the journal lists",
-              lambda: teardown.execute(plan_cleanup(read_journal(self.rundir.journal.path))))
+        stage(
+            "remove what the journal lists",
+            lambda: teardown.execute(plan_cleanup(read_journal(self.rundir.journal.path))),
+        )
         stage("write the event log", lambda: outputs.write_event_log(self))
         stage("write instances.json", lambda: outputs.write_instances(self))
         stage("report the workload", lambda: workload_report.report(self))
@@ -371,5 +406,7 @@ class LocalRun:
             self.say(f"run {self.run_id} may have leftovers: `collapsar cleanup {self.run_id}`")
             return
         self.rundir.finish()
-        self.say(f"torn down: {len(self.instances)} namespaces, bridge {self.plan.bridge}; "
-                  f"logs in {self.rundir.path / 'logs'}")
+        self.say(
+            f"torn down: {len(self.instances)} namespaces, bridge {self.plan.bridge}; "
+            f"logs in {self.rundir.path / 'logs'}"
+        )

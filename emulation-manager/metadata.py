@@ -140,8 +140,18 @@ class Codec:
         if not 0 <= message.epoch < 1 << 32:
             raise MetadataError(f"epoch must fit in 32 bits, got {message.epoch}")
         flags = FLAG_WIDE_LINK_IDS if self.wide else 0
-        parts = [HEADER.pack(MAGIC, VERSION, flags, self.experiment_tag, message.sender_id, message.epoch,
-                             message.sequence % SEQUENCE_MOD, len(message.flows))]
+        parts = [
+            HEADER.pack(
+                MAGIC,
+                VERSION,
+                flags,
+                self.experiment_tag,
+                message.sender_id,
+                message.epoch,
+                message.sequence % SEQUENCE_MOD,
+                len(message.flows),
+            )
+        ]
         for flow in message.flows:
             parts.append(self._encode_flow(flow))
         body = b"".join(parts)
@@ -205,8 +215,9 @@ class Codec:
                 raise MalformedMessage("empty-path", f"flow {index} crosses no link")
             end = offset + n_links * self.id_size
             if end > end_of_records:
-                raise MalformedMessage("truncated", f"flow {index} needs {end} bytes before the tag, "
-                                                    f"message has {end_of_records}")
+                raise MalformedMessage(
+                    "truncated", f"flow {index} needs {end} bytes before the tag, message has {end_of_records}"
+                )
             link_ids = struct.unpack_from(f">{n_links}{'H' if self.wide else 'B'}", data, offset)
             offset = end
             if max(link_ids) >= self.link_count:
@@ -292,8 +303,7 @@ class SendPolicy:
     def should_send(self, rates_bps: Mapping[Hashable, int], period: int) -> bool:
         """True when this period's flows (a flow's key, e.g. its link ids -> rate) must go out; the
         caller sends them then, and the policy records them as sent."""
-        send = (self._sent is None or period - self._sent_period >= self.heartbeat_periods
-                or self._changed(rates_bps))
+        send = self._sent is None or period - self._sent_period >= self.heartbeat_periods or self._changed(rates_bps)
         if send:
             self._sent = dict(rates_bps)
             self._sent_period = period

@@ -68,8 +68,9 @@ class HostNetwork:
         self._write_hosts(net.netns, hosts_text)
         self.journal.record("veth", name=net.host_veth, instance=net.instance)
         try:
-            self._ipr.link("add", ifname=net.host_veth, kind="veth",
-                           peer={"ifname": net.ifname, "net_ns_fd": net.netns})
+            self._ipr.link(
+                "add", ifname=net.host_veth, kind="veth", peer={"ifname": net.ifname, "net_ns_fd": net.netns}
+            )
             index = self._index(net.host_veth)
             self._ipr.link("set", index=index, master=self._bridge_index, state="up")
             with InNetns(net.netns):
@@ -83,8 +84,10 @@ class HostNetwork:
             finally:
                 inner.close()
         except NetlinkError as error:
-            raise KernelError(f"instance {net.instance}: cannot wire {net.host_veth} <-> "
-                              f"{net.netns}/{net.ifname} ({net.ip}): {error.args[-1]}") from None
+            raise KernelError(
+                f"instance {net.instance}: cannot wire {net.host_veth} <-> "
+                f"{net.netns}/{net.ifname} ({net.ip}): {error.args[-1]}"
+            ) from None
 
     def _write_hosts(self, netns: str, text: str) -> None:
         path = hosts_file(netns)

@@ -19,11 +19,22 @@ from .topoview import live_view
 
 
 def write_plan(run) -> None:
-    run.rundir.write_file("plan.json", json.dumps({
-        "run_id": run.run_id, "source": run.experiment.source, "subnet": run.plan.subnet,
-        "bridge": run.plan.bridge, "netem": run.netem,
-        "instances": [{"name": n.instance, "ip": n.ip, "netns": n.netns, "veth": n.host_veth}
-                      for n in run.plan.instances]}, indent=1))
+    run.rundir.write_file(
+        "plan.json",
+        json.dumps(
+            {
+                "run_id": run.run_id,
+                "source": run.experiment.source,
+                "subnet": run.plan.subnet,
+                "bridge": run.plan.bridge,
+                "netem": run.netem,
+                "instances": [
+                    {"name": n.instance, "ip": n.ip, "netns": n.netns, "veth": n.host_veth} for n in run.plan.instances
+                ],
+            },
+            indent=1,
+        ),
+    )
 
 
 def probe_pairs(run) -> None:
@@ -35,11 +46,11 @@ def probe_pairs(run) -> None:
     pairs = probe.pairs_to_probe(by_service)
     run.say(f"probing {len(pairs)} pairs with {run.options.probe_count} pings each")
     nets = run.plan.by_instance()
-    measured = probe.probe(pairs, {n: nets[n].netns for n in nets}, run.plan.ip_of(),
-                           run.options.probe_count)
+    measured = probe.probe(pairs, {n: nets[n].netns for n in nets}, run.plan.ip_of(), run.options.probe_count)
     with run.paths_lock:
-        want = {(s, d): probe.expected(run.cores[s].configured().get(d),
-                                       run.cores[d].configured().get(s)) for s, d in pairs}
+        want = {
+            (s, d): probe.expected(run.cores[s].configured().get(d), run.cores[d].configured().get(s)) for s, d in pairs
+        }
     run.probe_records = probe.as_records(measured, want)
     run.rundir.write_file("probe.json", json.dumps(run.probe_records, indent=1))
     for line in probe.probe_table(run.probe_records):
@@ -51,12 +62,22 @@ def status_snapshot(run, now_us: int, stopping: bool) -> dict:
     log = [dict(f.as_dict()) for f in run.player.log]
     flows = run.meter.flows()
     return {
-        "run_id": run.run_id, "source": run.experiment.source, "t_us": now_us,
+        "run_id": run.run_id,
+        "source": run.experiment.source,
+        "t_us": now_us,
         "state": "stopping" if stopping else "running" if run.player.started else "waiting",
-        "instances": [{"name": n.instance, "ip": n.ip, "netns": n.netns,
-                       "status": run.status[n.instance], "network": run.network[n.instance],
-                       "pid": run.supervisor.pid_of(n.instance),
-                       "exit_code": run.exit_codes.get(n.instance)} for n in run.plan.instances],
+        "instances": [
+            {
+                "name": n.instance,
+                "ip": n.ip,
+                "netns": n.netns,
+                "status": run.status[n.instance],
+                "network": run.network[n.instance],
+                "pid": run.supervisor.pid_of(n.instance),
+                "exit_code": run.exit_codes.get(n.instance),
+            }
+            for n in run.plan.instances
+        ],
         "throughput": flows,
         "sharing": run.sharing.status() if run.sharing is not None else {"enabled": False},
         "events": {"applied": log, "pending": run.player.pending, "upcoming": run.player.upcoming()},
@@ -70,8 +91,7 @@ def report_flows(run) -> None:
     flows = run.meter.flows()
     run.rundir.write_file("flows.json", json.dumps(flows, indent=1))
     with run.paths_lock:
-        configured = {(src, dst): path for src, core in run.cores.items()
-                      for dst, path in core.configured().items()}
+        configured = {(src, dst): path for src, core in run.cores.items() for dst, path in core.configured().items()}
     for line in flow_table(flows, configured):
         run.say(line)
 
@@ -94,10 +114,17 @@ def own_failures(run) -> list:
 
 def write_instances(run) -> None:
     failed = {e.instance for e in own_failures(run)}
-    final = [{"name": n.instance, "ip": n.ip, "status": run.status[n.instance],
-              "network": run.network[n.instance],
-              "exit_code": run.exit_codes.get(n.instance),
-              "failed": n.instance in failed} for n in run.plan.instances]
+    final = [
+        {
+            "name": n.instance,
+            "ip": n.ip,
+            "status": run.status[n.instance],
+            "network": run.network[n.instance],
+            "exit_code": run.exit_codes.get(n.instance),
+            "failed": n.instance in failed,
+        }
+        for n in run.plan.instances
+    ]
     run.rundir.write_file("instances.json", json.dumps(final, indent=1))
     counts: dict[str, int] = {}
     for inst in final:
@@ -113,12 +140,12 @@ def write_event_log(run) -> None:
     if log:
         late = [f["lateness_us"] for f in log]
         p50, p99 = percentile(late, 0.5) / 1000, percentile(late, 0.99) / 1000
-        run.say(f"events: {len(log)} applied, {run.player.pending} not reached; "
-                  f"lateness p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+        run.say(
+            f"events: {len(log)} applied, {run.player.pending} not reached; lateness p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+        )
     for fired in run.player.log:
         if fired.error:
-            run.say(f"warning: event at {fired.scheduled_us / 1e6:g}s ({fired.label}) "
-                      f"failed: {fired.error}")
+            run.say(f"warning: event at {fired.scheduled_us / 1e6:g}s ({fired.label}) failed: {fired.error}")
 
 
 def raise_on_failed_instances(run) -> None:
@@ -127,14 +154,18 @@ def raise_on_failed_instances(run) -> None:
     lines = []
     for exit_ in own_failures(run):
         out_path, err_path = run.rundir.log_paths(exit_.instance)
-        name, tail = next(((path.name, tail) for path in (err_path, out_path) if (tail := log_tail(path))),
-                          (err_path.name, []))
+        name, tail = next(
+            ((path.name, tail) for path in (err_path, out_path) if (tail := log_tail(path))), (err_path.name, [])
+        )
         if exit_.returncode == 1 and tail and tail[-1].startswith('exec of "'):
             # `ip netns exec` could not exec the program: the command never ran.
             lines.append(f"instance {exit_.instance}: could not start: {tail[-1]}")
             continue
-        code = (f"exited with status {exit_.returncode} on its own" if exit_.returncode > 0
-                else f"was killed by {_signal_name(-exit_.returncode)}, a signal this run did not send")
+        code = (
+            f"exited with status {exit_.returncode} on its own"
+            if exit_.returncode > 0
+            else f"was killed by {_signal_name(-exit_.returncode)}, a signal this run did not send"
+        )
         if not tail:
             lines.append(f"instance {exit_.instance}: {code}; its log is empty")
             continue
@@ -155,8 +186,11 @@ def log_tail(path, count: int = TAIL_LINES) -> list[str]:
     except OSError:
         return []
     lines = [line for line in text.splitlines() if line.strip()][-count:]
-    return ["".join(c if c.isprintable() or c == "\t" else "?" for c in line[:_TAIL_LINE_CHARS]) +
-            ("..." if len(line) > _TAIL_LINE_CHARS else "") for line in lines]
+    return [
+        "".join(c if c.isprintable() or c == "\t" else "?" for c in line[:_TAIL_LINE_CHARS])
+        + ("..." if len(line) > _TAIL_LINE_CHARS else "")
+        for line in lines
+    ]
 
 
 def _signal_name(number: int) -> str:

@@ -49,9 +49,12 @@ def plan_step(prev_state, step, local: set[str] | None = None) -> StepPlan:
     mine = (lambda name: True) if local is None else local.__contains__
     before = set(prev_state.instances)
     after = set(step.state.instances)
-    crashed = {target for event in step.events
-               if isinstance(event, ServiceEvent) and event.action == "crash"
-               for target in event.targets}
+    crashed = {
+        target
+        for event in step.events
+        if isinstance(event, ServiceEvent) and event.action == "crash"
+        for target in event.targets
+    }
     plan = StepPlan()
     for instance in sorted(before - after):
         if mine(instance):
@@ -105,6 +108,7 @@ def apply_plan(plan: StepPlan, actuator: Actuator):
     def start_joined() -> None:
         for instance in plan.start:
             actuator.start_instance(instance)
+
     return start_joined
 
 
@@ -123,8 +127,11 @@ class Player:
             entries.append((steps[i].at_us, label, self._bind(plan)))
             if plan.start:
                 self.last_start_us = steps[i].at_us
-        self.scheduler = Scheduler(entries, prepare_ahead_ns=getattr(actuator, "prepare_ahead_ns", 0),
-                                   hold=getattr(actuator, "step_lock", None))
+        self.scheduler = Scheduler(
+            entries,
+            prepare_ahead_ns=getattr(actuator, "prepare_ahead_ns", 0),
+            hold=getattr(actuator, "step_lock", None),
+        )
 
     def _bind(self, plan: StepPlan):
         return lambda: apply_plan(plan, self.actuator)

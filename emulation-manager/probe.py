@@ -66,9 +66,11 @@ def expected(forward: Path | None, reverse: Path | None) -> Expected | None:
     """What an echo over this pair should see; None when either way is cut."""
     if forward is None or reverse is None:
         return None
-    return Expected(rtt_us=forward.delay_us + reverse.delay_us,
-                    jitter_us=round(math.hypot(forward.jitter_us, reverse.jitter_us)),
-                    loss_ratio=1 - (1 - forward.loss_ratio) * (1 - reverse.loss_ratio))
+    return Expected(
+        rtt_us=forward.delay_us + reverse.delay_us,
+        jitter_us=round(math.hypot(forward.jitter_us, reverse.jitter_us)),
+        loss_ratio=1 - (1 - forward.loss_ratio) * (1 - reverse.loss_ratio),
+    )
 
 
 def pairs_to_probe(instances_by_service: dict[str, list[str]]) -> list[tuple[str, str]]:
@@ -86,17 +88,32 @@ def parse_ping(src: str, dst: str, output: str) -> Measured:
     rtts_ms = [float(ms) for ms in _ECHO.findall(output)]
     if not rtts_ms:
         return Measured(src, dst, sent, received, None, None)
-    return Measured(src, dst, sent, received, round(statistics.median(rtts_ms) * 1000),
-                    round(statistics.pstdev(rtts_ms) * 1000))
+    return Measured(
+        src, dst, sent, received, round(statistics.median(rtts_ms) * 1000), round(statistics.pstdev(rtts_ms) * 1000)
+    )
 
 
 def ping_argv(netns: str, ip: str, count: int, timeout_s: float) -> list[str]:
-    return ["ip", "netns", "exec", netns, "ping", "-n", "-c", str(count),
-            "-i", str(INTERVAL_S), "-W", f"{timeout_s:g}", ip]
+    return [
+        "ip",
+        "netns",
+        "exec",
+        netns,
+        "ping",
+        "-n",
+        "-c",
+        str(count),
+        "-i",
+        str(INTERVAL_S),
+        "-W",
+        f"{timeout_s:g}",
+        ip,
+    ]
 
 
-def probe(pairs: list[tuple[str, str]], netns_of: dict[str, str], ip_of: dict[str, str],
-          count: int, timeout_s: float = 3.0) -> list[Measured]:
+def probe(
+    pairs: list[tuple[str, str]], netns_of: dict[str, str], ip_of: dict[str, str], count: int, timeout_s: float = 3.0
+) -> list[Measured]:
     def one(pair: tuple[str, str]) -> Measured:
         src, dst = pair
         argv = ping_argv(netns_of[src], ip_of[dst], count, timeout_s)
@@ -123,8 +140,7 @@ def as_records(measured: list[Measured], want: dict[tuple[str, str], Expected | 
     records = []
     for m in measured:
         exp = want.get((m.src, m.dst))
-        records.append({**asdict(m), "loss_ratio": m.loss_ratio,
-                        "expected": None if exp is None else asdict(exp)})
+        records.append({**asdict(m), "loss_ratio": m.loss_ratio, "expected": None if exp is None else asdict(exp)})
     return records
 
 
@@ -137,15 +153,31 @@ def _loss(ratio: float) -> str:
 
 
 def probe_table(records: list[dict]) -> list[str]:
-    rows = [("pair", "RTT configured", "measured (median)", "jitter configured", "measured (std)",
-             "loss configured", "measured (echoes)")]
+    rows = [
+        (
+            "pair",
+            "RTT configured",
+            "measured (median)",
+            "jitter configured",
+            "measured (std)",
+            "loss configured",
+            "measured (echoes)",
+        )
+    ]
     for r in records:
         exp = r["expected"]
-        rows.append((f"{r['src']} -> {r['dst']}",
-                     "cut" if exp is None else _ms(exp["rtt_us"]), _ms(r["rtt_median_us"]),
-                     "-" if exp is None else _ms(exp["jitter_us"]), _ms(r["rtt_std_us"]),
-                     "100%" if exp is None else _loss(exp["loss_ratio"]),
-                     f"{_loss(r['loss_ratio'])} ({r['sent'] - r['received']}/{r['sent']})"
-                     if r["sent"] else "not measured (ping hung)"))
+        rows.append(
+            (
+                f"{r['src']} -> {r['dst']}",
+                "cut" if exp is None else _ms(exp["rtt_us"]),
+                _ms(r["rtt_median_us"]),
+                "-" if exp is None else _ms(exp["jitter_us"]),
+                _ms(r["rtt_std_us"]),
+                "100%" if exp is None else _loss(exp["loss_ratio"]),
+                f"{_loss(r['loss_ratio'])} ({r['sent'] - r['received']}/{r['sent']})"
+                if r["sent"]
+                else "not measured (ping hung)",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]

@@ -85,14 +85,19 @@ def missing_programs(experiment: Experiment, tools_dir: Path | None = None) -> l
         if program in WORKLOAD_TOOLS:
             unbuilt.append(service)
         else:
-            problems.append(Problem(service.where, f"service {service.name}: "
-                                                   f"{_why_missing(service, program, tools_dir)}"))
+            problems.append(
+                Problem(service.where, f"service {service.name}: {_why_missing(service, program, tools_dir)}")
+            )
     if unbuilt:
         tools = sorted({service.command[0] for service in unbuilt})
         who = ("service " if len(unbuilt) == 1 else "services ") + ", ".join(s.name for s in unbuilt)
         what = f"program '{tools[0]}' is" if len(tools) == 1 else f"programs '{tools[0]}', '{tools[1]}' are"
-        problems.append(Problem(unbuilt[0].where, f"{who}: {what} not built "
-                                                  f"(looked in {_searched(unbuilt[0], tools_dir)}); fix: {BUILD_FIX}"))
+        problems.append(
+            Problem(
+                unbuilt[0].where,
+                f"{who}: {what} not built (looked in {_searched(unbuilt[0], tools_dir)}); fix: {BUILD_FIX}",
+            )
+        )
     return sorted(problems, key=lambda p: p.where.line if p.where else 0)
 
 
@@ -126,9 +131,15 @@ def image_warnings(experiment: Experiment, node_image_repo: str = "collapsar/nod
             continue
         named = sorted({m.group(1) for word in service.command for m in _TOOL_WORD.finditer(word)})
         if named:
-            warnings.append(Problem(service.where, (
-                f"service {service.name}: its command runs {' and '.join(named)}, but in Compose and "
-                f"Swarm it runs in its own image ({service.image}), which may lack "
-                f"{'them' if len(named) > 1 else 'it'}; a service without `image` runs in "
-                f"{node_image_repo}, which has wl-node and wl-client")))
+            warnings.append(
+                Problem(
+                    service.where,
+                    (
+                        f"service {service.name}: its command runs {' and '.join(named)}, but in Compose and "
+                        f"Swarm it runs in its own image ({service.image}), which may lack "
+                        f"{'them' if len(named) > 1 else 'it'}; a service without `image` runs in "
+                        f"{node_image_repo}, which has wl-node and wl-client"
+                    ),
+                )
+            )
     return warnings

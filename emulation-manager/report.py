@@ -27,8 +27,9 @@ def _span(segment: dict) -> str:
     return f"{segment['start_s']:.1f}-{'end' if end is None else f'{end:.1f}'} s"
 
 
-def flow_table(flows: list[dict], configured: dict[tuple[str, str], Path | None],
-               min_bytes: int = 100_000) -> list[str]:
+def flow_table(
+    flows: list[dict], configured: dict[tuple[str, str], Path | None], min_bytes: int = 100_000
+) -> list[str]:
     """Rows for flows that sent at least `min_bytes` (pings and handshakes
     say nothing about a rate), one per segment of the run in which the
     pair's configured rate held and the flow sent for a whole window.  The

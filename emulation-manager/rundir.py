@@ -85,7 +85,7 @@ def process_start_time(pid: int) -> int | None:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return int(fields[19])  # field 22 overall
 
 
@@ -164,8 +164,7 @@ class RunLock:
                 f"stop it (Ctrl-C or kill -TERM {holder.get('pid', '?')}) or wait for it to end"
             ) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"run_id": run_id, "pid": os.getpid(),
-                                  "run_dir": str(run_dir)}).encode(), 0)
+        os.pwrite(fd, json.dumps({"run_id": run_id, "pid": os.getpid(), "run_dir": str(run_dir)}).encode(), 0)
         return cls(path, fd)
 
     def release(self) -> None:
@@ -213,8 +212,9 @@ class RunDir:
             os.mkdir(path, 0o700)  # fails on anything already there, a symlink included
         except FileExistsError:
             what = "a symlink" if path.is_symlink() else "something"
-            raise RunError(f"run directory {path}: {what} is already there; a new run never reuses "
-                           f"(or follows) one") from None
+            raise RunError(
+                f"run directory {path}: {what} is already there; a new run never reuses (or follows) one"
+            ) from None
         dir_fd = open_dir(path)
         os.mkdir("logs", 0o700, dir_fd=dir_fd)
         journal_path = _state_subdir(state, "journals") / f"{run_id}.jsonl"
@@ -222,8 +222,15 @@ class RunDir:
         os.symlink(path, _state_subdir(state, "index") / run_id)
         os.symlink(journal_path, JOURNAL, dir_fd=dir_fd)
         itself = os.fstat(dir_fd)
-        journal.record("run", run_id=run_id, pid=os.getpid(), start_time=process_start_time(os.getpid()),
-                       run_dir=str(path), run_dir_dev=itself.st_dev, run_dir_ino=itself.st_ino)
+        journal.record(
+            "run",
+            run_id=run_id,
+            pid=os.getpid(),
+            start_time=process_start_time(os.getpid()),
+            run_dir=str(path),
+            run_dir_dev=itself.st_dev,
+            run_dir_ino=itself.st_ino,
+        )
         return cls(run_id, path, state, journal, dir_fd)
 
     def log_paths(self, instance: str) -> tuple[Path, Path]:
@@ -235,8 +242,10 @@ class RunDir:
         try:
             create_file_at(self.dir_fd, name, text.encode())
         except FileExistsError:
-            raise RunError(f"{self.path / name}: already exists; a run writes each of its files "
-                           f"once and never over (or through) another") from None
+            raise RunError(
+                f"{self.path / name}: already exists; a run writes each of its files "
+                f"once and never over (or through) another"
+            ) from None
         return self.path / name
 
     def finish(self) -> None:
@@ -285,8 +294,9 @@ def _created_dir(data: bytes) -> tuple[object, object] | None:
 
 
 def _file_journal(run_dir: Path, data: bytes, dir_fd: int | None) -> str | None:
-    refused = (f"{run_dir} is not the run directory the run created (replaced or a symlink); "
-               f"its journal was not copied there")
+    refused = (
+        f"{run_dir} is not the run directory the run created (replaced or a symlink); its journal was not copied there"
+    )
     own = dir_fd is None
     if own:
         try:
@@ -317,8 +327,11 @@ def list_runs(state: Path | None = None) -> dict[str, Path]:
     journals = (state or state_dir()) / "journals"
     if not journals.is_dir():
         return {}
-    return {entry.name[:-len(".jsonl")]: entry for entry in sorted(journals.iterdir())
-            if entry.name.endswith(".jsonl") and is_run_id(entry.name[:-len(".jsonl")])}
+    return {
+        entry.name[: -len(".jsonl")]: entry
+        for entry in sorted(journals.iterdir())
+        if entry.name.endswith(".jsonl") and is_run_id(entry.name[: -len(".jsonl")])
+    }
 
 
 def manager_alive(records: list[dict]) -> bool:

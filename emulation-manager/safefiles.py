@@ -48,11 +48,14 @@ def check_private_dir(path: Path, what: str, *, sticky_leaf: bool = False) -> Pa
         if not stat.S_ISDIR(info.st_mode):  # realpath resolved every symlink: one appeared since
             raise EnvironmentProblem(f"{where}not a directory", f"remove {current}")
         if info.st_uid not in trusted_owners():
-            raise EnvironmentProblem(f"{where}owned by uid {info.st_uid}; expected {_owner_text()}",
-                                     f"chown root {current}")
+            raise EnvironmentProblem(
+                f"{where}owned by uid {info.st_uid}; expected {_owner_text()}", f"chown root {current}"
+            )
         if mode & 0o022 and not (mode & stat.S_ISVTX and (sticky_leaf or not leaf)):
-            raise EnvironmentProblem(f"{where}writable by group or others (mode {mode:04o}); expected "
-                                     f"a directory only root can write", f"chmod go-w {current}")
+            raise EnvironmentProblem(
+                f"{where}writable by group or others (mode {mode:04o}); expected a directory only root can write",
+                f"chmod go-w {current}",
+            )
     return real
 
 
@@ -64,8 +67,9 @@ def open_private_file(path: Path, what: str) -> int:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise CollapsarError(f"{what} {path}: a symlink; expected a regular file written "
-                                 f"by collapsar run") from None
+            raise CollapsarError(
+                f"{what} {path}: a symlink; expected a regular file written by collapsar run"
+            ) from None
         raise CollapsarError(f"{what} {path}: cannot open it: {error.strerror}") from None
     info = os.fstat(fd)
     mode = stat.S_IMODE(info.st_mode)
@@ -97,8 +101,7 @@ def create_file_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> No
     file, never through a symlink (O_EXCL fails on both)."""
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"{name!r}: expected a plain file name")
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                 dir_fd=dir_fd)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
 

@@ -38,8 +38,7 @@ def try_realtime() -> bool:
     applies short steps, so real-time priority cannot starve the host.
     SCHED_RESET_ON_FORK: commands started by a join event must not inherit it."""
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
-                              os.sched_param(REALTIME_PRIORITY))
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(REALTIME_PRIORITY))
     except OSError:  # EPERM without CAP_SYS_NICE: run at normal priority
         return False
     return True
@@ -64,10 +63,17 @@ class Fired:
         return self.applied_us - self.scheduled_us
 
     def as_dict(self) -> dict:
-        return {"index": self.index, "label": self.label, "scheduled_us": self.scheduled_us,
-                "started_us": self.started_us, "applied_us": self.applied_us,
-                "done_us": self.done_us, "lateness_us": self.lateness_us, "error": self.error,
-                "prepared_us": self.prepared_us}
+        return {
+            "index": self.index,
+            "label": self.label,
+            "scheduled_us": self.scheduled_us,
+            "started_us": self.started_us,
+            "applied_us": self.applied_us,
+            "done_us": self.done_us,
+            "lateness_us": self.lateness_us,
+            "error": self.error,
+            "prepared_us": self.prepared_us,
+        }
 
 
 def percentile(values: list[int], fraction: float) -> int:
@@ -80,9 +86,14 @@ def percentile(values: list[int], fraction: float) -> int:
 
 
 class Scheduler:
-    def __init__(self, entries: list[tuple[int, str, Callable[[], None]]],
-                 clock_ns: Callable[[], int] = time.monotonic_ns, realtime: bool = True,
-                 prepare_ahead_ns: int = 0, hold: AbstractContextManager | None = None):
+    def __init__(
+        self,
+        entries: list[tuple[int, str, Callable[[], None]]],
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        realtime: bool = True,
+        prepare_ahead_ns: int = 0,
+        hold: AbstractContextManager | None = None,
+    ):
         """entries: (at_us, label, callback), in any order; ties keep their order.
         realtime: start() asks for SCHED_FIFO on its thread (see try_realtime).
 
@@ -188,8 +199,9 @@ class Scheduler:
                     follow_up()
                 except Exception as exc:
                     error = f"{type(exc).__name__}: {exc}"
-            self.log.append(Fired(index, label, at_us, rel(started), rel(applied),
-                                  rel(self._clock_ns()), error, rel(prepared)))
+            self.log.append(
+                Fired(index, label, at_us, rel(started), rel(applied), rel(self._clock_ns()), error, rel(prepared))
+            )
         return self.log
 
     def _apply(self, deadline_ns: int, callback: Callable[[], object]) -> tuple[int, int, int, str | None, object]:

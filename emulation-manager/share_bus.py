@@ -56,8 +56,17 @@ class BusCounters:
 
 
 class MetadataBus:
-    def __init__(self, codec: Codec, sender_ids: Mapping[str, int], wire: Wire | None, *, routes: Routes,
-                 heartbeat_periods: int = 4, change_ratio: float = 0.10, expiry_periods: int = 12):
+    def __init__(
+        self,
+        codec: Codec,
+        sender_ids: Mapping[str, int],
+        wire: Wire | None,
+        *,
+        routes: Routes,
+        heartbeat_periods: int = 4,
+        change_ratio: float = 0.10,
+        expiry_periods: int = 12,
+    ):
         self.codec = codec
         self.sender_ids = dict(sender_ids)
         self.wire = wire
@@ -140,23 +149,39 @@ class MetadataBus:
 
     def status(self) -> dict:
         c = self.counters
-        return {"sent_messages": c.sent_messages, "sent_bytes": c.sent_bytes,
-                "unsent_messages": c.unsent_messages, "received_bytes": c.received_bytes,
-                "accepted_messages": c.accepted_messages, "superseded_messages": c.superseded_messages,
-                "dropped_messages": dict(c.dropped),
-                "expired_senders": c.expired_senders, "peers_heard": len(self.peers.flows())}
+        return {
+            "sent_messages": c.sent_messages,
+            "sent_bytes": c.sent_bytes,
+            "unsent_messages": c.unsent_messages,
+            "received_bytes": c.received_bytes,
+            "accepted_messages": c.accepted_messages,
+            "superseded_messages": c.superseded_messages,
+            "dropped_messages": dict(c.dropped),
+            "expired_senders": c.expired_senders,
+            "peers_heard": len(self.peers.flows()),
+        }
 
 
-def open_aeron(aeron_dir: str | FsPath, *, listen: str | None, peers: Iterable[str],
-               prefix: tuple[str, ...] = (), log_path: str | FsPath | None = None,
-               on_driver_lost: Callable[[str], None] | None = None, driver_timeout_ms: int | None = None):
+def open_aeron(
+    aeron_dir: str | FsPath,
+    *,
+    listen: str | None,
+    peers: Iterable[str],
+    prefix: tuple[str, ...] = (),
+    log_path: str | FsPath | None = None,
+    on_driver_lost: Callable[[str], None] | None = None,
+    driver_timeout_ms: int | None = None,
+):
     """Start this manager's media driver and the channels of the bus; returns
     the `aeron.Transport` (restarts a lost driver and re-adds the channels)."""
     from .aeron import DRIVER_TIMEOUT_MS, Transport, ipc_channel, udp_channel
     from .aeron_driver import MediaDriver
 
-    transport = Transport(MediaDriver(aeron_dir, prefix=prefix, log_path=log_path),
-                          on_driver_lost=on_driver_lost, driver_timeout_ms=driver_timeout_ms or DRIVER_TIMEOUT_MS)
+    transport = Transport(
+        MediaDriver(aeron_dir, prefix=prefix, log_path=log_path),
+        on_driver_lost=on_driver_lost,
+        driver_timeout_ms=driver_timeout_ms or DRIVER_TIMEOUT_MS,
+    )
     transport.start()
     try:
         transport.add("publication", ipc_channel(), STREAM_ID)

@@ -70,8 +70,10 @@ def read_key_file(path: str | os.PathLike) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise KeyFileError(f"{path}: the metadata key must be a regular file")
         if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            raise KeyFileError(f"{path}: the metadata key must be owned by uid {os.geteuid()} and readable "
-                               f"by its owner only (it is uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})")
+            raise KeyFileError(
+                f"{path}: the metadata key must be owned by uid {os.geteuid()} and readable "
+                f"by its owner only (it is uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
+            )
         text = os.read(fd, 4 * KEY_BYTES).strip()
     finally:
         os.close(fd)

@@ -84,10 +84,24 @@ class ManagerSharing:
     `driver_prefix` runs the media driver under a command, e.g. nsenter into
     the namespace whose address `listen` is."""
 
-    def __init__(self, *, source: str, instances: Sequence[str], cores: Mapping[str, object], netem: bool,
-                 timeline, key: bytes, lock, aeron_dir: str, log_path, say: Callable[[str], None],
-                 listen: str | None = None, driver_prefix: tuple[str, ...] = (),
-                 settings: ShareSettings = ShareSettings(), aeron: bool = True):
+    def __init__(
+        self,
+        *,
+        source: str,
+        instances: Sequence[str],
+        cores: Mapping[str, object],
+        netem: bool,
+        timeline,
+        key: bytes,
+        lock,
+        aeron_dir: str,
+        log_path,
+        say: Callable[[str], None],
+        listen: str | None = None,
+        driver_prefix: tuple[str, ...] = (),
+        settings: ShareSettings = ShareSettings(),
+        aeron: bool = True,
+    ):
         self._say = say
         self._lock = lock
         self.ids = {name: index for index, name in enumerate(instances)}
@@ -100,21 +114,35 @@ class ManagerSharing:
         if aeron:
             try:
                 self.transport = open_aeron(
-                    aeron_dir, listen=listen, peers=(), prefix=driver_prefix, log_path=log_path,
+                    aeron_dir,
+                    listen=listen,
+                    peers=(),
+                    prefix=driver_prefix,
+                    log_path=log_path,
                     on_driver_lost=self._driver_lost,
                     # A driver that exits is seen at once (its pid); one that hangs after
                     # 10 s, not 2: a loaded host or an emulated VM can stall a keepalive.
-                    driver_timeout_ms=10_000)
+                    driver_timeout_ms=10_000,
+                )
             except (CollapsarError, OSError) as error:  # not built, no /dev/shm room, ...
                 self.aeron_problem = str(error).splitlines()[0]
-                say(f"warning: no Aeron metadata bus ({self.aeron_problem}); sharing among this "
-                    f"manager's instances only")
-        self.bus = MetadataBus(codec, {name: self.ids[name] for name in cores}, self.transport,
-                               routes=Routes(timeline, instances))
-        self.loop = ShareLoop(list(cores), cores, self.bus, netem=netem,
-                              settings=self.settings_from_env(settings),
-                              apply=self._apply, configured=self._configured,
-                              sender_names={i: n for n, i in self.ids.items()})
+                say(
+                    f"warning: no Aeron metadata bus ({self.aeron_problem}); sharing among this "
+                    f"manager's instances only"
+                )
+        self.bus = MetadataBus(
+            codec, {name: self.ids[name] for name in cores}, self.transport, routes=Routes(timeline, instances)
+        )
+        self.loop = ShareLoop(
+            list(cores),
+            cores,
+            self.bus,
+            netem=netem,
+            settings=self.settings_from_env(settings),
+            apply=self._apply,
+            configured=self._configured,
+            sender_names={i: n for n, i in self.ids.items()},
+        )
         # The first model run pays numpy's one-time costs (seconds on a VM's
         # emulated CPUs): pay them now, before t=0, not when the first flows start.
         share([Flow("warm-up", (0,), 1000, None, 1)], {0: 1_000_000})
@@ -126,6 +154,7 @@ class ManagerSharing:
         if self.transport is None:
             return
         from .aeron import udp_channel  # only where Aeron runs (cffi)
+
         for peer in peers:
             if peer in self.peers:
                 continue
@@ -150,8 +179,9 @@ class ManagerSharing:
                 try:
                     changes[field.name] = kind(text)
                 except ValueError:
-                    raise CollapsarError(f"COLLAPSAR_SHARE_{field.name.upper()}={text}: expected "
-                                         f"{kind.__name__}") from None
+                    raise CollapsarError(
+                        f"COLLAPSAR_SHARE_{field.name.upper()}={text}: expected {kind.__name__}"
+                    ) from None
         return dataclasses.replace(settings, **changes)
 
     def _driver_lost(self, problem: str) -> None:
@@ -173,9 +203,11 @@ class ManagerSharing:
         self.loop.tick(time.monotonic_ns(), wire, state)
         self._report_drops()
         if self._trace is not None:
-            flows = [{k: f[k] for k in ("src", "dst", "measured_bps", "allowed_bps", "share_bps",
-                                        "congestion_loss_ratio")}
-                     for f in self.loop.last["flows"] if f["local"]]
+            flows = [
+                {k: f[k] for k in ("src", "dst", "measured_bps", "allowed_bps", "share_bps", "congestion_loss_ratio")}
+                for f in self.loop.last["flows"]
+                if f["local"]
+            ]
             self._trace.write(json.dumps({"t_us": now_us, "period": self.loop.period, "flows": flows}) + "\n")
 
     def _report_drops(self) -> None:
@@ -183,22 +215,30 @@ class ManagerSharing:
             if reason not in self._reported:
                 self._reported.add(reason)
                 why = DROP_REASONS.get(reason, "malformed")
-                self._say(f"warning: sharing: dropped a metadata message ({reason}: {why}); such messages are "
-                          f"counted in the status (sharing.metadata.dropped_messages), not reported again")
+                self._say(
+                    f"warning: sharing: dropped a metadata message ({reason}: {why}); such messages are "
+                    f"counted in the status (sharing.metadata.dropped_messages), not reported again"
+                )
 
     def status(self) -> dict:
         status = self.loop.status()
-        status["aeron"] = {"running": self.transport is not None, "problem": self.aeron_problem,
-                           "driver_restarts": len(self.lost), "driver_problems": list(self.lost[-5:]),
-                           "driver_pid": self.transport.driver.pid if self.transport else None}
+        status["aeron"] = {
+            "running": self.transport is not None,
+            "problem": self.aeron_problem,
+            "driver_restarts": len(self.lost),
+            "driver_problems": list(self.lost[-5:]),
+            "driver_pid": self.transport.driver.pid if self.transport else None,
+        }
         return status
 
     def close(self) -> None:
         meta = self.bus.status()
         dropped = sum(n for reason, n in meta["dropped_messages"].items() if reason != "own")
-        self._say(f"sharing: {self.loop.period} periods, metadata sent {meta['sent_messages']} messages "
-                  f"({meta['sent_bytes']} bytes), accepted {meta['accepted_messages']}, dropped {dropped}, "
-                  f"driver restarts {len(self.lost)}")
+        self._say(
+            f"sharing: {self.loop.period} periods, metadata sent {meta['sent_messages']} messages "
+            f"({meta['sent_bytes']} bytes), accepted {meta['accepted_messages']}, dropped {dropped}, "
+            f"driver restarts {len(self.lost)}"
+        )
         if self._trace is not None:
             self._trace.close()
             self._trace = None
@@ -210,16 +250,25 @@ class ManagerSharing:
 class LocalSharing(ManagerSharing):
     """Local mode: one manager owns every instance of the run."""
 
-    def __init__(self, run, say: Callable[[str], None], settings: ShareSettings = ShareSettings(),
-                 aeron: bool = True):
+    def __init__(self, run, say: Callable[[str], None], settings: ShareSettings = ShareSettings(), aeron: bool = True):
         self.run = run
         # tmpfs: Aeron maps its files shared, which a run directory on a 9p
         # share (--vm) does not support.  The driver removes the dir when it
         # stops, also when the manager dies (aeron_driver.py).
-        super().__init__(source=run.experiment.source, instances=run.instances, cores=run.cores,
-                         netem=run.netem, timeline=run.timeline, key=new_key(), lock=run.paths_lock,
-                         aeron_dir=f"/dev/shm/collapsar-{run.run_id}-aeron",
-                         log_path=run.rundir.path / "aeron-driver.log", say=say, settings=settings, aeron=aeron)
+        super().__init__(
+            source=run.experiment.source,
+            instances=run.instances,
+            cores=run.cores,
+            netem=run.netem,
+            timeline=run.timeline,
+            key=new_key(),
+            lock=run.paths_lock,
+            aeron_dir=f"/dev/shm/collapsar-{run.run_id}-aeron",
+            log_path=run.rundir.path / "aeron-driver.log",
+            say=say,
+            settings=settings,
+            aeron=aeron,
+        )
 
     def tick(self, now_us: int) -> None:
         super().tick(now_us, self.run.meter.flows(), self.run.timeline.state_at(max(0, now_us)))

@@ -93,11 +93,18 @@ class _LinkView:
 
 
 class ShareLoop:
-    def __init__(self, owned: Sequence[str], cores: Mapping[str, object], bus: MetadataBus, *,
-                 netem: bool, settings: ShareSettings = ShareSettings(),
-                 apply: Callable[[str, dict[str, Override | None]], None] | None = None,
-                 configured: Callable[[str], dict[str, Path | None]] | None = None,
-                 sender_names: Mapping[int, str] | None = None):
+    def __init__(
+        self,
+        owned: Sequence[str],
+        cores: Mapping[str, object],
+        bus: MetadataBus,
+        *,
+        netem: bool,
+        settings: ShareSettings = ShareSettings(),
+        apply: Callable[[str, dict[str, Override | None]], None] | None = None,
+        configured: Callable[[str], dict[str, Path | None]] | None = None,
+        sender_names: Mapping[int, str] | None = None,
+    ):
         self.owned = list(owned)
         self.cores = cores
         self.bus = bus
@@ -153,8 +160,11 @@ class ShareLoop:
                 if path is None or dst not in wanted:
                     continue
                 rate = rates[(src, dst)]
-                floor = s.active_floor_bps if path.rate_bps is None else max(s.active_floor_bps,
-                                                                             s.active_ratio * path.rate_bps)
+                floor = (
+                    s.active_floor_bps
+                    if path.rate_bps is None
+                    else max(s.active_floor_bps, s.active_ratio * path.rate_bps)
+                )
                 if rate < floor:
                     continue
                 allowed = self.applied.get((src, dst), Override()).rate_bps or path.rate_bps
@@ -191,8 +201,9 @@ class ShareLoop:
                 offered[flow.flow_id] = report.rate_bps
                 saturated[flow.flow_id] = report.saturated
         result = share(flows, view.capacity)
-        link_loss, flow_loss = congestion_loss(flows, offered, result.rate_bps, view.capacity,
-                                               self.settings.loss_tolerance)
+        link_loss, flow_loss = congestion_loss(
+            flows, offered, result.rate_bps, view.capacity, self.settings.loss_tolerance
+        )
         self._push(own, result.rate_bps, flow_loss)
         self._record(saturated, flows, offered, result.rate_bps, link_loss, flow_loss)
 
@@ -210,7 +221,7 @@ class ShareLoop:
             key = (f.src, f.dst)
             active.add(key)
             before = self.applied.get(key)
-            current = (before.rate_bps if before and before.rate_bps is not None else f.path.rate_bps)
+            current = before.rate_bps if before and before.rate_bps is not None else f.path.rate_bps
             rate = self._smoothed(current, rates.get(key))
             if rate is not None and f.path.rate_bps is not None and rate >= f.path.rate_bps:
                 rate = None  # the path's own rate: no override needed
@@ -219,7 +230,8 @@ class ShareLoop:
             if before is None:
                 before = Override()
             moved = (before.rate_bps is None) != (new.rate_bps is None) or (
-                new.rate_bps is not None and abs(new.rate_bps - before.rate_bps) > s.push_ratio * before.rate_bps)
+                new.rate_bps is not None and abs(new.rate_bps - before.rate_bps) > s.push_ratio * before.rate_bps
+            )
             if moved or new.loss_ratio != before.loss_ratio:
                 changes.setdefault(f.src, {})[f.dst] = None if new == Override() else new
                 self._set_applied(key, new)
@@ -244,15 +256,22 @@ class ShareLoop:
             fid = flow.flow_id
             local = fid[0] != "peer"
             applied = self.applied.get(fid) if local else None
-            rows.append({
-                "src": fid[0] if local else self._sender_names.get(fid[1], f"sender {fid[1]}"),
-                "dst": fid[1] if local else view.ends.get(flow.link_ids[-1], ("?", "?"))[1],
-                "local": local, "link_ids": list(flow.link_ids), "rtt_us": flow.rtt_us,
-                "measured_bps": offered[fid], "share_bps": rates.get(fid),
-                "allowed_bps": (applied.rate_bps if applied and applied.rate_bps else flow.path_rate_bps)
-                if local else None,
-                "saturated": saturated[fid],
-                "congestion_loss_ratio": flow_loss.get(fid, 0.0)})
+            rows.append(
+                {
+                    "src": fid[0] if local else self._sender_names.get(fid[1], f"sender {fid[1]}"),
+                    "dst": fid[1] if local else view.ends.get(flow.link_ids[-1], ("?", "?"))[1],
+                    "local": local,
+                    "link_ids": list(flow.link_ids),
+                    "rtt_us": flow.rtt_us,
+                    "measured_bps": offered[fid],
+                    "share_bps": rates.get(fid),
+                    "allowed_bps": (applied.rate_bps if applied and applied.rate_bps else flow.path_rate_bps)
+                    if local
+                    else None,
+                    "saturated": saturated[fid],
+                    "congestion_loss_ratio": flow_loss.get(fid, 0.0),
+                }
+            )
         load: dict[int, int] = {}
         for flow in flows:
             for lid in flow.link_ids:
@@ -261,9 +280,17 @@ class ShareLoop:
         for lid in sorted(load):
             cap = view.capacity.get(lid)
             src, dst = view.ends.get(lid, ("?", "?"))
-            links.append({"id": lid, "src": src, "dst": dst, "capacity_bps": cap, "load_bps": load[lid],
-                          "utilisation": None if not cap else load[lid] / cap,
-                          "oversubscribed_loss_ratio": link_loss.get(lid, 0.0)})
+            links.append(
+                {
+                    "id": lid,
+                    "src": src,
+                    "dst": dst,
+                    "capacity_bps": cap,
+                    "load_bps": load[lid],
+                    "utilisation": None if not cap else load[lid] / cap,
+                    "oversubscribed_loss_ratio": link_loss.get(lid, 0.0),
+                }
+            )
         self.last = {"flows": rows, "links": links}
 
     def status(self) -> dict:

@@ -87,8 +87,14 @@ class SyntheticHost:
     """The owned instances of one experiment on memory trees, and a plant
     that turns each flow's wish into counter bytes every period."""
 
-    def __init__(self, path: str, owned: list[str], wants: dict[tuple[str, str], int], noise: float = 0.0,
-                 key: bytes | None = None):
+    def __init__(
+        self,
+        path: str,
+        owned: list[str],
+        wants: dict[tuple[str, str], int],
+        noise: float = 0.0,
+        key: bytes | None = None,
+    ):
         experiment = parse_file(path)
         self.timeline = build_timeline(experiment)
         self.instances = all_instances(self.timeline)
@@ -160,8 +166,12 @@ class PeerNetwork:
 
     def tx_bytes(self, index: int) -> int:
         ns = self.members[index][0]
-        out = subprocess.run(["ip", "netns", "exec", ns, "cat", "/sys/class/net/eth0/statistics/tx_bytes"],
-                             check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            ["ip", "netns", "exec", ns, "cat", "/sys/class/net/eth0/statistics/tx_bytes"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         return int(out.stdout)
 
     def argv(self, index: int, base_argv: list[str], aeron_dir: str) -> list[str]:
@@ -169,8 +179,20 @@ class PeerNetwork:
         member's address and publishes to every other member."""
         ns, listen = self.members[index]
         peers = [arg for j, (_, addr) in enumerate(self.members) if j != index for arg in ("--peer", addr)]
-        return ["ip", "netns", "exec", ns, *base_argv, "--listen", listen, *peers, "--aeron-dir", aeron_dir,
-                "--key-file", str(self.key_path)]
+        return [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            *base_argv,
+            "--listen",
+            listen,
+            *peers,
+            "--aeron-dir",
+            aeron_dir,
+            "--key-file",
+            str(self.key_path),
+        ]
 
     def close(self) -> None:
         for ns in reversed(self.made):
@@ -198,12 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", default=None, help="ip:port this manager's UDP subscription binds")
     parser.add_argument("--peer", action="append", default=[], help="ip:port of another manager")
     parser.add_argument("--aeron-dir", default=None, help="Media driver dir (omit: no Aeron, alone)")
-    parser.add_argument("--key-file", default=None,
-                        help="The run's metadata key, shared by its managers (omit: a key of its own)")
+    parser.add_argument(
+        "--key-file", default=None, help="The run's metadata key, shared by its managers (omit: a key of its own)"
+    )
     parser.add_argument("--duration", type=float, default=4.0, help="Seconds to run")
     parser.add_argument("--period", type=float, default=0.05, help="Seconds per period")
-    parser.add_argument("--noise", type=float, default=0.0,
-                        help="Each period a flow sends up to this fraction less (measurement wobble)")
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=0.0,
+        help="Each period a flow sends up to this fraction less (measurement wobble)",
+    )
     args = parser.parse_args(argv)
     # A plain flag, never an Event: a handler that sets an Event can run while
     # this (main) thread holds that Event's lock inside wait(), and deadlock.
@@ -217,8 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     host = SyntheticHost(args.file, [n for n in args.own.split(",") if n], _wants(args.wants), args.noise, key)
     transport = None
     if args.aeron_dir:
-        transport = open_aeron(args.aeron_dir, listen=args.listen, peers=args.peer,
-                               on_driver_lost=lambda problem: emit({"driver_lost": problem}))
+        transport = open_aeron(
+            args.aeron_dir,
+            listen=args.listen,
+            peers=args.peer,
+            on_driver_lost=lambda problem: emit({"driver_lost": problem}),
+        )
         emit({"driver_pid": transport.driver.pid})
     bus = MetadataBus(host.codec, {n: host.sender_ids[n] for n in host.owned}, transport, routes=host.routes)
     loop = ShareLoop(host.owned, host.cores, bus, netem=True, settings=ShareSettings(increase_gain=1.0))
@@ -237,12 +268,22 @@ def main(argv: list[str] | None = None) -> int:
             ticks_ms.append((time.perf_counter() - began) * 1e3)
             next_tick += args.period
             time.sleep(max(0.0, next_tick - time.monotonic()))
-        emit({"rates": {f"{s}:{d}": host.rate(s, d) for s, d in host.wants},
-              "status": {**loop.status(), "driver_restarts": len(transport.failures) if transport else 0,
-                         "driver_pid": transport.driver.pid if transport else None},
-              "tick_ms": {"median": round(statistics.median(ticks_ms), 3) if ticks_ms else None,
-                          "max": round(max(ticks_ms), 3) if ticks_ms else None, "count": len(ticks_ms)},
-              "cpu_s": round(time.process_time() - cpu_start, 3)})
+        emit(
+            {
+                "rates": {f"{s}:{d}": host.rate(s, d) for s, d in host.wants},
+                "status": {
+                    **loop.status(),
+                    "driver_restarts": len(transport.failures) if transport else 0,
+                    "driver_pid": transport.driver.pid if transport else None,
+                },
+                "tick_ms": {
+                    "median": round(statistics.median(ticks_ms), 3) if ticks_ms else None,
+                    "max": round(max(ticks_ms), 3) if ticks_ms else None,
+                    "count": len(ticks_ms),
+                },
+                "cpu_s": round(time.process_time() - cpu_start, 3),
+            }
+        )
     finally:
         if transport is not None:
             transport.close()

@@ -61,6 +61,7 @@ class Routes:
                 if (src, dst) not in cache:
                     cache[(src, dst)] = _link_ids(state, src, dst)
                 return cache[(src, dst)]
+
             return (lookup,)
         # The current step first: nearly every flow matches it.
         near = [i for i in (step, step - 1, step + 1) if 0 <= i < len(self._steps)]

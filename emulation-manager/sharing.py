@@ -92,8 +92,9 @@ class _Arrays:
     def __init__(self, flows: Sequence[Flow], link_rate_bps: Mapping[LinkId, int | None]):
         _check(flows)
         lengths = np.fromiter((len(f.link_ids) for f in flows), dtype=np.intp, count=len(flows))
-        flat = np.fromiter(itertools.chain.from_iterable(f.link_ids for f in flows), dtype=np.int64,
-                           count=int(lengths.sum()))
+        flat = np.fromiter(
+            itertools.chain.from_iterable(f.link_ids for f in flows), dtype=np.int64, count=int(lengths.sum())
+        )
         used, entry_link = np.unique(flat, return_inverse=True)
         capacity = np.empty(len(used))
         for j, link_id in enumerate(used.tolist()):
@@ -117,16 +118,16 @@ class _Arrays:
         # Weights in 1/s: only ratios matter, seconds keep levels readable.
         self.weight = 1e6 / np.fromiter((f.rtt_us for f in flows), dtype=float, count=self.n_flows)
         self.demand = np.fromiter((f.demand_bps for f in flows), dtype=float, count=self.n_flows)
-        self.path_cap = np.fromiter((math.inf if f.path_rate_bps is None else f.path_rate_bps for f in flows),
-                                    dtype=float, count=self.n_flows)
+        self.path_cap = np.fromiter(
+            (math.inf if f.path_rate_bps is None else f.path_rate_bps for f in flows), dtype=float, count=self.n_flows
+        )
 
     def per_link(self, per_flow: np.ndarray, entries: np.ndarray | None = None) -> np.ndarray:
         """Sum a per-flow quantity over the flows of each link (optionally over
         a subset of incidence entries)."""
         if entries is None:
             return np.bincount(self.inc_link, weights=per_flow[self.inc_flow], minlength=self.n_links)
-        return np.bincount(self.inc_link[entries], weights=per_flow[self.inc_flow[entries]],
-                           minlength=self.n_links)
+        return np.bincount(self.inc_link[entries], weights=per_flow[self.inc_flow[entries]], minlength=self.n_links)
 
 
 def _check(flows: Sequence[Flow]) -> None:
@@ -176,7 +177,7 @@ class _Filling:
         self.live_count -= np.bincount(self.a.inc_link[entries], minlength=self.a.n_links)
 
     def flows_on(self, links: list[int]) -> np.ndarray:
-        parts = [self.flows_by_link[self.link_start[j]:self.link_start[j + 1]] for j in links]
+        parts = [self.flows_by_link[self.link_start[j] : self.link_start[j + 1]] for j in links]
         flows = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
         return flows[self.live[flows]]
 
@@ -262,9 +263,13 @@ def _flow_loss(a: _Arrays, link_loss: np.ndarray) -> np.ndarray:
     return 1.0 - survive
 
 
-def congestion_loss(flows: Sequence[Flow], offered_bps: Mapping[FlowId, int],
-                    allowed_bps: Mapping[FlowId, int | None], link_rate_bps: Mapping[LinkId, int | None],
-                    tolerance: float = 0.0) -> tuple[dict[LinkId, float], dict[FlowId, float]]:
+def congestion_loss(
+    flows: Sequence[Flow],
+    offered_bps: Mapping[FlowId, int],
+    allowed_bps: Mapping[FlowId, int | None],
+    link_rate_bps: Mapping[LinkId, int | None],
+    tolerance: float = 0.0,
+) -> tuple[dict[LinkId, float], dict[FlowId, float]]:
     """The loss that brings every oversubscribed link back to its capacity.
 
     A link is oversubscribed when its flows *offer* more than it carries
@@ -296,9 +301,12 @@ def congestion_loss(flows: Sequence[Flow], offered_bps: Mapping[FlowId, int],
             continue
         excess = offered - capacity
         link_loss[link_id] = excess / offered
-        over = {f.flow_id: max(0, offered_bps.get(f.flow_id, 0)
-                               - (allowed_bps.get(f.flow_id) or math.inf) * (1 + tolerance))
-                for f in members}
+        over = {
+            f.flow_id: max(
+                0, offered_bps.get(f.flow_id, 0) - (allowed_bps.get(f.flow_id) or math.inf) * (1 + tolerance)
+            )
+            for f in members
+        }
         total_over = sum(over.values())
         for flow in members:
             sent = offered_bps.get(flow.flow_id, 0)

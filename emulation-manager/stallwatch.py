@@ -27,8 +27,7 @@ class StallWatch:
         gap = now - self._last
         self._last = now
         if gap > self.after_s:
-            self._say(f"warning: the manager loop stood still for {gap:.1f} s; every thread's stack "
-                      f"is in {self.path}")
+            self._say(f"warning: the manager loop stood still for {gap:.1f} s; every thread's stack is in {self.path}")
         faulthandler.dump_traceback_later(self.after_s, repeat=False, file=self._file)
 
     def close(self) -> None:

@@ -52,8 +52,10 @@ def binds_loopback(bind: str) -> bool:
 
 
 # The page loads its own bundle and talks to its own origin only.
-PAGE_POLICY = ("default-src 'self'; img-src 'self' data:; style-src 'self'; "
-               "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+PAGE_POLICY = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
 
 
 def _label(value: str) -> str:
@@ -62,36 +64,44 @@ def _label(value: str) -> str:
 
 def metrics_text(snapshot: dict) -> str:
     """Prometheus exposition format from one snapshot."""
-    out = ["# HELP collapsar_instance_up 1 if the instance's command is running",
-           "# TYPE collapsar_instance_up gauge"]
+    out = ["# HELP collapsar_instance_up 1 if the instance's command is running", "# TYPE collapsar_instance_up gauge"]
     for inst in snapshot.get("instances", []):
-        out.append(f'collapsar_instance_up{{instance="{_label(inst["name"])}",'
-                   f'status="{_label(inst["status"])}"}} {1 if inst["status"] == "up" else 0}')
-    out += ["# HELP collapsar_sent_bytes_total Bytes sent per destination (eBPF counters)",
-            "# TYPE collapsar_sent_bytes_total counter"]
+        out.append(
+            f'collapsar_instance_up{{instance="{_label(inst["name"])}",'
+            f'status="{_label(inst["status"])}"}} {1 if inst["status"] == "up" else 0}'
+        )
+    out += [
+        "# HELP collapsar_sent_bytes_total Bytes sent per destination (eBPF counters)",
+        "# TYPE collapsar_sent_bytes_total counter",
+    ]
     flows = snapshot.get("throughput", [])
     for flow in flows:
-        out.append(f'collapsar_sent_bytes_total{{src="{_label(flow["src"])}",'
-                   f'dst="{_label(flow["dst"])}"}} {flow["bytes"]}')
-    out += ["# HELP collapsar_throughput_bps Measured send rate per destination over the last period",
-            "# TYPE collapsar_throughput_bps gauge"]
+        out.append(
+            f'collapsar_sent_bytes_total{{src="{_label(flow["src"])}",dst="{_label(flow["dst"])}"}} {flow["bytes"]}'
+        )
+    out += [
+        "# HELP collapsar_throughput_bps Measured send rate per destination over the last period",
+        "# TYPE collapsar_throughput_bps gauge",
+    ]
     for flow in flows:
-        out.append(f'collapsar_throughput_bps{{src="{_label(flow["src"])}",'
-                   f'dst="{_label(flow["dst"])}"}} {flow["rate_bps"]}')
+        out.append(
+            f'collapsar_throughput_bps{{src="{_label(flow["src"])}",dst="{_label(flow["dst"])}"}} {flow["rate_bps"]}'
+        )
     events = snapshot.get("events", {})
-    out += ["# HELP collapsar_events_applied Timeline steps applied so far",
-            "# TYPE collapsar_events_applied gauge",
-            f"collapsar_events_applied {len(events.get('applied', []))}",
-            "# HELP collapsar_events_pending Timeline steps still to come",
-            "# TYPE collapsar_events_pending gauge",
-            f"collapsar_events_pending {events.get('pending', 0)}",
-            "# HELP collapsar_event_lateness_max_us Largest lateness of an applied step",
-            "# TYPE collapsar_event_lateness_max_us gauge",
-            f"collapsar_event_lateness_max_us "
-            f"{max((e['lateness_us'] for e in events.get('applied', [])), default=0)}",
-            "# HELP collapsar_experiment_time_us Time since t=0 of the experiment",
-            "# TYPE collapsar_experiment_time_us gauge",
-            f"collapsar_experiment_time_us {snapshot.get('t_us', 0)}"]
+    out += [
+        "# HELP collapsar_events_applied Timeline steps applied so far",
+        "# TYPE collapsar_events_applied gauge",
+        f"collapsar_events_applied {len(events.get('applied', []))}",
+        "# HELP collapsar_events_pending Timeline steps still to come",
+        "# TYPE collapsar_events_pending gauge",
+        f"collapsar_events_pending {events.get('pending', 0)}",
+        "# HELP collapsar_event_lateness_max_us Largest lateness of an applied step",
+        "# TYPE collapsar_event_lateness_max_us gauge",
+        f"collapsar_event_lateness_max_us {max((e['lateness_us'] for e in events.get('applied', [])), default=0)}",
+        "# HELP collapsar_experiment_time_us Time since t=0 of the experiment",
+        "# TYPE collapsar_experiment_time_us gauge",
+        f"collapsar_experiment_time_us {snapshot.get('t_us', 0)}",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -108,8 +118,7 @@ class _Handler(GuardedHandler):
     def log_message(self, format, *args) -> None:  # noqa: A002 - the stdlib's name
         pass  # the manager's stderr is for the user, not for access logs
 
-    def _send(self, code: int, body: bytes, content_type: str,
-              headers: dict[str, str] | None = None) -> None:
+    def _send(self, code: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -130,8 +139,7 @@ class _Handler(GuardedHandler):
         name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
         if name in LOOPBACK_HOSTS or name == self.bind_name:
             return True
-        self._json({"error": f"Host {host[:60]!r} refused: this API answers loopback names only"},
-                   403)
+        self._json({"error": f"Host {host[:60]!r} refused: this API answers loopback names only"}, 403)
         return False
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
@@ -139,7 +147,7 @@ class _Handler(GuardedHandler):
             return
         route = self.path.split("?", 1)[0]
         if route.startswith("/dashboard/") and self.assets is not None:
-            self._asset(route[len("/dashboard/"):])
+            self._asset(route[len("/dashboard/") :])
             return
         route = route.rstrip("/") or "/"
         _, snapshot = self.board.snapshot()
@@ -154,14 +162,17 @@ class _Handler(GuardedHandler):
         elif route == "/topology" and self.topology is not None:
             self._json(self.topology())
         elif route == "/metrics":
-            text = (metrics_text(snapshot) + self.board.metrics()
-                    + self.server.metrics(streams=self.streams.slots.in_use))
+            text = (
+                metrics_text(snapshot) + self.board.metrics() + self.server.metrics(streams=self.streams.slots.in_use)
+            )
             self._send(200, text.encode(), "text/plain; version=0.0.4")
         elif route == "/stream":
             self._stream()
         else:
-            self._json({"error": "no such endpoint; try /status, /paths, /events, /topology, "
-                                 "/stream, /metrics, /dashboard/"}, 404)
+            self._json(
+                {"error": "no such endpoint; try /status, /paths, /events, /topology, /stream, /metrics, /dashboard/"},
+                404,
+            )
 
     def _asset(self, name: str) -> None:
         """A file of the built page; names are looked up, never joined blindly."""
@@ -181,18 +192,26 @@ class _Handler(GuardedHandler):
             return
         route = self.path.split("?", 1)[0].rstrip("/")
         if not route.startswith("/control/") or self.control is None:
-            self._json({"error": "no such endpoint; control actions are POST /control/start, "
-                                 "/control/stop, /control/link"}, 404)
+            self._json(
+                {"error": "no such endpoint; control actions are POST /control/start, /control/stop, /control/link"},
+                404,
+            )
             return
         if not self.control.authorized(self.headers.get("Authorization")):
-            self._json({"error": "control needs Authorization: Bearer <token>; `collapsar run` "
-                                 "prints the token and writes it to RUNDIR/control-token"}, 401,
-                       {"WWW-Authenticate": 'Bearer realm="collapsar"'})
+            self._json(
+                {
+                    "error": "control needs Authorization: Bearer <token>; `collapsar run` "
+                    "prints the token and writes it to RUNDIR/control-token"
+                },
+                401,
+                {"WWW-Authenticate": 'Bearer realm="collapsar"'},
+            )
             return
         try:
             body = self._body()
-            self._json(self.control.handle(route[len("/control/"):], body,
-                                           authorization=self.headers.get("Authorization")))
+            self._json(
+                self.control.handle(route[len("/control/") :], body, authorization=self.headers.get("Authorization"))
+            )
         except ControlRefused as refused:
             self._json({"error": str(refused)}, refused.status)
 
@@ -207,8 +226,7 @@ class _Handler(GuardedHandler):
             raw = self.rfile.read(length) if length > 0 else b""
         except TimeoutError:  # its deadline: httpguard.Limits.request_s
             self.close_connection = True
-            raise ControlRefused(408, f"request body not received in time ({length} bytes "
-                                      "announced)") from None
+            raise ControlRefused(408, f"request body not received in time ({length} bytes announced)") from None
         if not raw.strip():
             return None
         try:
@@ -222,8 +240,11 @@ class _Handler(GuardedHandler):
         slots = self.streams.slots
         if not slots.take():
             self.server.counters.add("streams_full")
-            self._json({"error": f"every one of this API's {slots.cap} streams is taken; poll "
-                                 "/status, or try again later"}, 503, {"Retry-After": "5"})
+            self._json(
+                {"error": f"every one of this API's {slots.cap} streams is taken; poll /status, or try again later"},
+                503,
+                {"Retry-After": "5"},
+            )
             return
         handed = False
         try:
@@ -242,17 +263,34 @@ class _Handler(GuardedHandler):
 
 
 class StatusServer:
-    def __init__(self, board: StatusBoard, port: int = 0, bind: str = "127.0.0.1",
-                 control: ControlHandler | None = None, topology: Callable[[], dict] | None = None,
-                 assets: Path | None = None, limits: Limits | None = None,
-                 error_log: Path | None = None):
+    def __init__(
+        self,
+        board: StatusBoard,
+        port: int = 0,
+        bind: str = "127.0.0.1",
+        control: ControlHandler | None = None,
+        topology: Callable[[], dict] | None = None,
+        assets: Path | None = None,
+        limits: Limits | None = None,
+        error_log: Path | None = None,
+    ):
         """`error_log`: where tracebacks of failed requests go (None: stderr)."""
-        handler = type("Handler", (_Handler,), {
-            "board": board, "control": control, "topology": staticmethod(topology) if topology
-            else None, "assets": assets, "loopback_only": binds_loopback(bind), "bind_name": bind.lower()})
+        handler = type(
+            "Handler",
+            (_Handler,),
+            {
+                "board": board,
+                "control": control,
+                "topology": staticmethod(topology) if topology else None,
+                "assets": assets,
+                "loopback_only": binds_loopback(bind),
+                "bind_name": bind.lower(),
+            },
+        )
         self._server = GuardedHTTPServer((bind, port), handler, limits, error_log)
-        self._streams = handler.streams = Streams(board, self._server.limits, self._server.counters,
-                                                  self._server.errors)
+        self._streams = handler.streams = Streams(
+            board, self._server.limits, self._server.counters, self._server.errors
+        )
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve, name="status", daemon=True)
 

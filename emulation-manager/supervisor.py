@@ -69,10 +69,13 @@ class Supervisor:
     No preexec_fn: with one, subprocess must fork() the whole manager (45 ms
     per start here); without, it uses vfork (3 ms)."""
 
-    def __init__(self, log_paths: Callable[[str], tuple[Path, Path]],
-                 prefix: Callable[[str], list[str]],
-                 on_start: Callable[[str, int, int | None], None],
-                 grace_s: float = DEFAULT_GRACE_S):
+    def __init__(
+        self,
+        log_paths: Callable[[str], tuple[Path, Path]],
+        prefix: Callable[[str], list[str]],
+        on_start: Callable[[str, int, int | None], None],
+        grace_s: float = DEFAULT_GRACE_S,
+    ):
         self._log_paths = log_paths
         self._prefix = prefix
         self._on_start = on_start
@@ -90,18 +93,25 @@ class Supervisor:
         env = {**os.environ, **launch.env}
         with self._lock:
             if launch.instance in self._running:
-                raise RunError(f"instance {launch.instance}: already running "
-                               f"(pid {self._running[launch.instance].popen.pid})")
+                raise RunError(
+                    f"instance {launch.instance}: already running (pid {self._running[launch.instance].popen.pid})"
+                )
             with open(out_path, "ab") as out, open(err_path, "ab") as err:
                 try:
-                    popen = self._spawner.call(lambda: subprocess.Popen(
-                        [*self._prefix(launch.instance), *launch.argv], env=env, cwd=launch.cwd,
-                        stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
-                        close_fds=True,
-                    ))
+                    popen = self._spawner.call(
+                        lambda: subprocess.Popen(
+                            [*self._prefix(launch.instance), *launch.argv],
+                            env=env,
+                            cwd=launch.cwd,
+                            stdin=subprocess.DEVNULL,
+                            stdout=out,
+                            stderr=err,
+                            start_new_session=True,
+                            close_fds=True,
+                        )
+                    )
                 except (OSError, subprocess.SubprocessError) as error:
-                    raise RunError(f"instance {launch.instance}: cannot start "
-                                   f"{launch.argv[0]!r}: {error}") from None
+                    raise RunError(f"instance {launch.instance}: cannot start {launch.argv[0]!r}: {error}") from None
             self._on_start(launch.instance, popen.pid, process_start_time(popen.pid))
             self._running[launch.instance] = Running(launch, popen, time.monotonic())
             return popen.pid

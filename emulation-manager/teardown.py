@@ -96,8 +96,7 @@ def _kill(target: dict, ctx: _Context) -> str | None:
         # Checked after the pidfd holds the process: had the pid been
         # recycled in between, these checks fail (another start time) or
         # the pidfd's process is already gone and the signal below fails.
-        if not (same_process(pid, target.get("start_time"))
-                and in_run_netns(pid, target["netns"], target["inode"])):
+        if not (same_process(pid, target.get("start_time")) and in_run_netns(pid, target["netns"], target["inode"])):
             return None
         try:  # the command leads its own process group (supervisor: new session)
             os.killpg(pid, signal.SIGKILL)
@@ -160,5 +159,12 @@ def _del_fw(target: dict, ctx: _Context) -> str | None:
     return f"deleted the iptables FORWARD rule for {target['bridge']}"
 
 
-_STEPS = {"del_fw": _del_fw, "kill": _kill, "kill_netns": _kill_netns, "unpin": _unpin,
-          "del_link": _del_link, "del_netns": _del_netns, "rm_hosts": _rm_hosts}
+_STEPS = {
+    "del_fw": _del_fw,
+    "kill": _kill,
+    "kill_netns": _kill_netns,
+    "unpin": _unpin,
+    "del_link": _del_link,
+    "del_netns": _del_netns,
+    "rm_hosts": _rm_hosts,
+}

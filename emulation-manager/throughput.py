@@ -45,16 +45,18 @@ class Segment:
 
     def summary(self, t0_ns: int) -> dict:
         ordered = sorted(self.rates or self.partial)
-        return {"start_s": (self.start_ns - t0_ns) / 1e9,
-                "end_s": None if self.end_ns is None else (self.end_ns - t0_ns) / 1e9,
-                "configured_bps": self.configured_bps, "cut": self.cut,
-                "median_rate_bps": ordered[len(ordered) // 2] if ordered else None,
-                "windows": len(ordered)}
+        return {
+            "start_s": (self.start_ns - t0_ns) / 1e9,
+            "end_s": None if self.end_ns is None else (self.end_ns - t0_ns) / 1e9,
+            "configured_bps": self.configured_bps,
+            "cut": self.cut,
+            "median_rate_bps": ordered[len(ordered) // 2] if ordered else None,
+            "windows": len(ordered),
+        }
 
 
 class Meter:
-    def __init__(self, plan: NetworkPlan, factory: Callable[[str, str], object] | None,
-                 say: Callable[[str], None]):
+    def __init__(self, plan: NetworkPlan, factory: Callable[[str, str], object] | None, say: Callable[[str], None]):
         self._plan = plan
         self._factory = factory
         self._say = say
@@ -137,8 +139,7 @@ class Meter:
                 segments = self._segments.get(key)
                 if segments is None:
                     configured, cut = self._configured(src, dst)
-                    segments = self._segments[key] = deque([Segment(self.t0_ns, configured, cut)],
-                                                           maxlen=SEGMENTS_KEPT)
+                    segments = self._segments[key] = deque([Segment(self.t0_ns, configured, cut)], maxlen=SEGMENTS_KEPT)
                 if span_ns >= WINDOW_NS // 2 and rate > 0:
                     # A full-ish window while the flow is sending: a candidate
                     # for the flow's typical rate (see flows()).
@@ -149,9 +150,14 @@ class Meter:
                         # send in every period (see Segment.summary).
                         throughout = history[1][1] > first_bytes and history[-1][1] > history[-2][1]
                         (segments[-1].rates if throughout else segments[-1].partial).append(rate)
-                self._flows[key] = {"src": src, "dst": dst, "bytes": counter.bytes,
-                                    "packets": counter.packets, "wire_bytes": counter.wire_bytes,
-                                    "rate_bps": rate}
+                self._flows[key] = {
+                    "src": src,
+                    "dst": dst,
+                    "bytes": counter.bytes,
+                    "packets": counter.packets,
+                    "wire_bytes": counter.wire_bytes,
+                    "rate_bps": rate,
+                }
 
     def flows(self) -> list[dict]:
         """Each flow's counters, its rate over the last window, and its

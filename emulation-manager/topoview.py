@@ -28,22 +28,34 @@ def topology_json(state) -> dict:
     instances: dict[str, list[str]] = {}
     for name, service in zip(graph.instances, graph.service_of):
         instances.setdefault(service, []).append(name)
-    nodes = [{"id": s.name, "kind": "service", "instances": instances.get(s.name, [])}
-             for s in graph.experiment.services]
+    nodes = [
+        {"id": s.name, "kind": "service", "instances": instances.get(s.name, [])} for s in graph.experiment.services
+    ]
     nodes += [{"id": name, "kind": "bridge"} for name in graph.bridges]
-    links = [{"id": index, "a": spec.a, "b": spec.b, "one_way": spec.down is None,
-              "up": _props(spec.up), "down": _props(spec.down)}
-             for index, spec in enumerate(graph.specs)]
+    links = [
+        {
+            "id": index,
+            "a": spec.a,
+            "b": spec.b,
+            "one_way": spec.down is None,
+            "up": _props(spec.up),
+            "down": _props(spec.down),
+        }
+        for index, spec in enumerate(graph.specs)
+    ]
     return {"experiment": graph.experiment.settings.name, "nodes": nodes, "links": links}
 
 
 def _worse(now: LinkProps, written: LinkProps | None) -> bool:
     if written is None:
         return False
-    slower = now.rate_bps is not None and (written.rate_bps is None
-                                           or now.rate_bps < written.rate_bps)
-    return (slower or now.delay_us > written.delay_us or now.jitter_us > written.jitter_us
-            or now.loss_ratio > written.loss_ratio)
+    slower = now.rate_bps is not None and (written.rate_bps is None or now.rate_bps < written.rate_bps)
+    return (
+        slower
+        or now.delay_us > written.delay_us
+        or now.jitter_us > written.jitter_us
+        or now.loss_ratio > written.loss_ratio
+    )
 
 
 class LiveView:
@@ -79,11 +91,16 @@ class LiveView:
                     continue
                 busiest = max((load.get(link_id, 0) for link_id in side["link_ids"]), default=0)
                 rate = side["props"]["rate_bps"]
-                entry[direction] = {**side["props"], "load_bps": busiest,
-                                    "utilisation": round(busiest / rate, 4) if rate else None}
+                entry[direction] = {
+                    **side["props"],
+                    "load_bps": busiest,
+                    "utilisation": round(busiest / rate, 4) if rate else None,
+                }
             links.append(entry)
-        rows = [{**flow, "configured_bps": None if path is None else path.rate_bps,
-                 "cut": path is None} for flow, path in zip(flows, paths)]
+        rows = [
+            {**flow, "configured_bps": None if path is None else path.rate_bps, "cut": path is None}
+            for flow, path in zip(flows, paths)
+        ]
         return {"links": links, "flows": rows}
 
     def _path(self, src: str, dst: str):

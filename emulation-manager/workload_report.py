@@ -117,25 +117,33 @@ def rtt_in(state, known: dict[str, str]) -> Rtt:
         except CollapsarError:  # a pair this state does not know
             return None
         return None if there is None or back is None else there.delay_us + back.delay_us
+
     return rtt
 
 
-def summary_line(instance: str, summary: dict | None, share_us: int | None, hops: list[Hop],
-                 changes_us: list[int], summary_problem: str | None = None,
-                 chain_problem: str | None = None) -> str:
+def summary_line(
+    instance: str,
+    summary: dict | None,
+    share_us: int | None,
+    hops: list[Hop],
+    changes_us: list[int],
+    summary_problem: str | None = None,
+    chain_problem: str | None = None,
+) -> str:
     if summary is None:
         head = f"workload {instance}: no summary ({summary_problem or 'none written'})"
     else:
         latency = summary.get("latency_us", {})
         counts = ", ".join(f"{key} {summary.get(key, 0)}" for key in ("ok", "err", "timeout"))
         unsent = f", unsent {summary['unsent']}" if summary.get("unsent") else ""
-        head = (f"workload {instance}: {summary.get('requests', 0)} requests ({counts}{unsent}); "
-                f"latency p50 {_ms(latency.get('p50'))}, p99 {_ms(latency.get('p99'))}")
+        head = (
+            f"workload {instance}: {summary.get('requests', 0)} requests ({counts}{unsent}); "
+            f"latency p50 {_ms(latency.get('p50'))}, p99 {_ms(latency.get('p99'))}"
+        )
     if not hops:
         return f"{head}; network share of the chain: unknown ({chain_problem or 'no chain'})"
     share = "unknown: a hop has no path" if share_us is None else _ms(share_us)
-    line = (f"{head}; network share of the chain: {share} "
-            f"(configured RTTs: {', '.join(hop.describe() for hop in hops)})")
+    line = f"{head}; network share of the chain: {share} (configured RTTs: {', '.join(hop.describe() for hop in hops)})"
     if changes_us:
         line += f"; later events change these paths at {', '.join(f'{t / 1e6:g}s' for t in changes_us)}"
     return line
@@ -169,10 +177,20 @@ def report(run) -> None:
         share, hops, at_us, changes_us = None, [], None, []
         if chain is not None:
             share, hops, at_us, changes_us = network_share(chain, instance, run.timeline, known)
-        records.append({"instance": instance, "service": service_of(run.experiment, instance),
-                        "summary": summary, "summary_problem": summary_problem, "chain": chain,
-                        "chain_problem": chain_problem, "network_share_us": share, "at_us": at_us,
-                        "hops": [hop.as_json() for hop in hops], "paths_change_at_us": changes_us})
+        records.append(
+            {
+                "instance": instance,
+                "service": service_of(run.experiment, instance),
+                "summary": summary,
+                "summary_problem": summary_problem,
+                "chain": chain,
+                "chain_problem": chain_problem,
+                "network_share_us": share,
+                "at_us": at_us,
+                "hops": [hop.as_json() for hop in hops],
+                "paths_change_at_us": changes_us,
+            }
+        )
         run.say(summary_line(instance, summary, share, hops, changes_us, summary_problem, chain_problem))
     if records:
         run.rundir.write_file(REPORT_FILE, json.dumps({"trace_dir": TRACE_DIR, "clients": records}, indent=1))
@@ -187,7 +205,7 @@ def network_share(chain: dict, client: str, timeline, known: dict[str, str]):
     share, hops = chain_share(chain, client, rtt_in(steps[first].state, known))
     pairs = {(known.get(hop.src), known.get(target)) for hop in hops for target in hop.targets}
     pairs |= {(b, a) for a, b in pairs}
-    changes = [step.at_us for step in steps[first + 1:] if any(pair in step.changed for pair in pairs)]
+    changes = [step.at_us for step in steps[first + 1 :] if any(pair in step.changed for pair in pairs)]
     return share, hops, steps[first].at_us, changes
 
 
@@ -197,9 +215,13 @@ def describe_chain(launch, names: list[str]) -> tuple[dict | None, str | None]:
     if program is None:
         return None, f"{launch.argv[0]} is not found to describe its chain"
     try:
-        done = subprocess.run([program, "--check", "--names", ",".join(names), *launch.argv[1:]],
-                              capture_output=True, text=True, timeout=CHECK_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [program, "--check", "--names", ",".join(names), *launch.argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         return None, f"wl-client --check: {error}"
     if done.returncode != 0:

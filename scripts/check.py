@@ -91,8 +91,9 @@ def main(argv: list[str]) -> int:
     checks = {
         "ruff": lambda: run("ruff check", [python, "-m", "ruff", "check", "--no-cache", "."]),
         "format": lambda: run("ruff format --check", [python, "-m", "ruff", "format", "--check", "--no-cache", "."]),
-        "mypy": lambda: run("mypy", [python, "-m", "mypy", "--config-file", str(config), "--cache-dir", str(cache)],
-                            tree()),
+        "mypy": lambda: run(
+            "mypy", [python, "-m", "mypy", "--config-file", str(config), "--cache-dir", str(cache)], tree()
+        ),
         "imports": lambda: run("import-linter", [lint_imports, str(config), "--no-cache"], tree()),
     }
     names = argv or list(checks)

@@ -48,8 +48,9 @@ DEFAULT_MAX_DESTINATIONS = 4096
 _STAGE_NETNS, _STAGE_IFACE, _STAGE_LOAD = 1, 2, 3
 
 # struct cx_entry in counters.h, for the array form of a read.
-ENTRY_DTYPE = np.dtype([("daddr_be", "<u4"), ("pad", "<u4"), ("bytes", "<u8"),
-                        ("packets", "<u8"), ("wire_bytes", "<u8")])
+ENTRY_DTYPE = np.dtype(
+    [("daddr_be", "<u4"), ("pad", "<u4"), ("bytes", "<u8"), ("packets", "<u8"), ("wire_bytes", "<u8")]
+)
 
 
 class DestCounter(NamedTuple):
@@ -61,8 +62,7 @@ class DestCounter(NamedTuple):
 
 
 class _Value(ctypes.Structure):
-    _fields_ = [("bytes", ctypes.c_uint64), ("packets", ctypes.c_uint64),
-                ("wire_bytes", ctypes.c_uint64)]
+    _fields_ = [("bytes", ctypes.c_uint64), ("packets", ctypes.c_uint64), ("wire_bytes", ctypes.c_uint64)]
 
 
 def build_counters(make: str = "make") -> pathlib.Path:
@@ -70,8 +70,10 @@ def build_counters(make: str = "make") -> pathlib.Path:
     proc = subprocess.run([make, "-C", str(TCAL_DIR)], capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise EnvironmentProblem(f"building the eBPF counters failed: {tail[0]}",
-                                 "install the packages in deps/apt-tcal-bpf.txt and run `make -C tcal`")
+        raise EnvironmentProblem(
+            f"building the eBPF counters failed: {tail[0]}",
+            "install the packages in deps/apt-tcal-bpf.txt and run `make -C tcal`",
+        )
     return LIBRARY_PATH
 
 
@@ -110,9 +112,13 @@ class Counters:
     attach() and detach() are idempotent; the context manager does both.
     """
 
-    def __init__(self, ifname: str, netns: str | None = None,
-                 max_destinations: int = DEFAULT_MAX_DESTINATIONS,
-                 wire_overhead_bytes: int = ETHERNET_OVERHEAD_BYTES):
+    def __init__(
+        self,
+        ifname: str,
+        netns: str | None = None,
+        max_destinations: int = DEFAULT_MAX_DESTINATIONS,
+        wire_overhead_bytes: int = ETHERNET_OVERHEAD_BYTES,
+    ):
         if not 0 < max_destinations < 2**31:
             raise ValueError(f"max_destinations must be positive, got {max_destinations}")
         if not 0 <= wire_overhead_bytes < 2**16:
@@ -139,11 +145,12 @@ class Counters:
             return self
         lib = _library()
         if not BTF_PATH.exists():
-            raise EnvironmentProblem(f"kernel has no BTF ({BTF_PATH} is missing), eBPF counters cannot load",
-                                     "use a kernel built with CONFIG_DEBUG_INFO_BTF=y (or run with --vm)")
+            raise EnvironmentProblem(
+                f"kernel has no BTF ({BTF_PATH} is missing), eBPF counters cannot load",
+                "use a kernel built with CONFIG_DEBUG_INFO_BTF=y (or run with --vm)",
+            )
         ns = self.netns.encode() if self.netns else None
-        handle = lib.cx_counters_attach(self.ifname.encode(), ns, self.max_destinations,
-                                        self.wire_overhead_bytes)
+        handle = lib.cx_counters_attach(self.ifname.encode(), ns, self.max_destinations, self.wire_overhead_bytes)
         if not handle:
             raise self._error(lib, "attach")
         self._handle = handle
@@ -180,8 +187,9 @@ class Counters:
                 # The key holds the address bytes in network order.
                 names[key] = socket.inet_ntoa(key.to_bytes(4, "little"))
         # _make is tuple.__new__ in C: a third of the cost of DestCounter(...).
-        values = map(DestCounter._make, zip(rows["bytes"].tolist(), rows["packets"].tolist(),
-                                            rows["wire_bytes"].tolist()))
+        values = map(
+            DestCounter._make, zip(rows["bytes"].tolist(), rows["packets"].tolist(), rows["wire_bytes"].tolist())
+        )
         return dict(zip(map(names.__getitem__, keys), values))
 
     def read_other(self) -> DestCounter:
@@ -215,17 +223,25 @@ class Counters:
         msg = (lib.cx_last_error() or b"").decode(errors="replace")
         err, stage = lib.cx_last_errno(), lib.cx_last_stage()
         if err in (errno.EPERM, errno.EACCES):
-            return EnvironmentProblem(f"eBPF counters on {self.where}: {action} refused ({msg})",
-                                      "needs CAP_BPF and CAP_NET_ADMIN: run as root")
+            return EnvironmentProblem(
+                f"eBPF counters on {self.where}: {action} refused ({msg})",
+                "needs CAP_BPF and CAP_NET_ADMIN: run as root",
+            )
         if stage == _STAGE_NETNS and err == errno.ENOENT:
-            return EnvironmentProblem(f"network namespace {self.netns!r} not found ({msg})",
-                                      f"create it (`ip netns add {self.netns}`) or pass an existing one")
+            return EnvironmentProblem(
+                f"network namespace {self.netns!r} not found ({msg})",
+                f"create it (`ip netns add {self.netns}`) or pass an existing one",
+            )
         if stage == _STAGE_IFACE:
-            return EnvironmentProblem(f"no interface {self.ifname!r} in netns {self.netns or '(own)'}",
-                                      "pass the instance's egress interface (see `ip link`)")
+            return EnvironmentProblem(
+                f"no interface {self.ifname!r} in netns {self.netns or '(own)'}",
+                "pass the instance's egress interface (see `ip link`)",
+            )
         if stage == _STAGE_LOAD:
-            return KernelError(f"eBPF counters on {self.where}: the kernel refused the program ({msg}); "
-                               "set COLLAPSAR_BPF_DEBUG=1 for the verifier log")
+            return KernelError(
+                f"eBPF counters on {self.where}: the kernel refused the program ({msg}); "
+                "set COLLAPSAR_BPF_DEBUG=1 for the verifier log"
+            )
         return KernelError(f"eBPF counters on {self.where}: {action} failed: {msg}")
 
     def __enter__(self) -> Counters:

@@ -59,7 +59,7 @@ def paretonormal_quantiles(size: int = TABLE_SIZE, grid: int = 1024) -> list[flo
     mean, std = _pareto_moments(PARETO_ALPHA)
     step = 16.0 / grid  # midpoint rule over +/-8 normal deviations
     nodes = -8.0 + (np.arange(grid) + 0.5) * step
-    weights = np.exp(-nodes**2 / 2) / math.sqrt(2 * math.pi) * step
+    weights = np.exp(-(nodes**2) / 2) / math.sqrt(2 * math.pi) * step
     ss = np.linspace(-6.0, 40.0, 2301)
     raw = ((ss[:, None] - (1 - w) * nodes[None, :]) / w) * std + mean
     pareto_cdf = np.where(raw <= 1.0, 0.0, 1.0 - np.maximum(raw, 1.0) ** -PARETO_ALPHA)
@@ -75,8 +75,12 @@ def uniform_quantiles(size: int = TABLE_SIZE) -> list[float]:
     return [2 * p - 1 for p in _probabilities(size)]
 
 
-_QUANTILES = {"normal": normal_quantiles, "pareto": pareto_quantiles,
-              "paretonormal": paretonormal_quantiles, "uniform": uniform_quantiles}
+_QUANTILES = {
+    "normal": normal_quantiles,
+    "pareto": pareto_quantiles,
+    "paretonormal": paretonormal_quantiles,
+    "uniform": uniform_quantiles,
+}
 
 
 def _to_s16(quantiles: list[float]) -> list[int]:

@@ -84,8 +84,10 @@ class U32Layout:
         used = self._nodes.setdefault((htid, octets[3]), set())
         node = next(n for n in range(1, U32_MAX_NODE + 2) if n not in used)
         if node > U32_MAX_NODE:
-            raise CollapsarError(f"destination {dst_ip}: more than {U32_MAX_NODE} destinations share "
-                                 f"the last two octets .{octets[2]}.{octets[3]}")
+            raise CollapsarError(
+                f"destination {dst_ip}: more than {U32_MAX_NODE} destinations share "
+                f"the last two octets .{octets[2]}.{octets[3]}"
+            )
         used.add(node)
         slot = U32Slot(octets[2], htid, octets[3], node)
         self.slots[dst_ip] = slot

@@ -47,15 +47,21 @@ class GsoLimit:
         first = self.original is None  # a second lowering must not forget the first value
         if first:
             self.original = current
-        self._set(segs, f"lower gso_max_segs of {self.ifname} from {current} to {segs}",
-                  undo=(lambda: setattr(self, "original", None)) if first else None)
+        self._set(
+            segs,
+            f"lower gso_max_segs of {self.ifname} from {current} to {segs}",
+            undo=(lambda: setattr(self, "original", None)) if first else None,
+        )
 
     def restore(self) -> None:
         if self.original is not None:
             original = self.original
             self.original = None
-            self._set(original, f"restore gso_max_segs of {self.ifname} to {original}",
-                      undo=lambda: setattr(self, "original", original))
+            self._set(
+                original,
+                f"restore gso_max_segs of {self.ifname} to {original}",
+                undo=lambda: setattr(self, "original", original),
+            )
 
     def _set(self, segs: int, what: str, undo: Callable[[], None] | None) -> None:
         """Sent now, or at the instant of the step being prepared (nlsock.submit):
@@ -70,4 +76,5 @@ class GsoLimit:
                 if undo is not None:
                     undo()
                 raise KernelError(f"{self.ifname}: {failures[0]}")
+
         self.sock.submit([Request(RTM_NEWLINK, 0, body, what)], then)

@@ -94,6 +94,7 @@ def kind(name: str) -> bytes:
 
 # --- htb -----------------------------------------------------------------
 
+
 def htb_root(ifindex: int, handle: int, default_minor: int) -> bytes:
     glob = _HTB_GLOB.pack(HTB_VERSION, HTB_RATE2QUANTUM, default_minor, 0, 0)
     return tcmsg(ifindex, handle, TC_H_ROOT) + kind("htb") + attr(TCA_OPTIONS, attr(TCA_HTB_INIT, glob))
@@ -107,12 +108,27 @@ _HTB_OPTIONS = struct.Struct("=HHHH" + _RATESPEC + _RATESPEC + "IIIII")
 def htb_class_options(p: HtbParams) -> bytes:
     if p.rate_bytes_ps <= U32_MAX:
         spec = (0, TC_LINKLAYER_ETHERNET, p.overhead_bytes, 0, p.mpu_bytes, p.rate_bytes_ps)
-        return _HTB_OPTIONS.pack(_HTB_OPTIONS.size, TCA_OPTIONS, 4 + _HTB_OPT.size, TCA_HTB_PARMS,
-                                 *spec, *spec, p.buffer_ticks, p.buffer_ticks, p.quantum_bytes, 0, p.prio)
+        return _HTB_OPTIONS.pack(
+            _HTB_OPTIONS.size,
+            TCA_OPTIONS,
+            4 + _HTB_OPT.size,
+            TCA_HTB_PARMS,
+            *spec,
+            *spec,
+            p.buffer_ticks,
+            p.buffer_ticks,
+            p.quantum_bytes,
+            0,
+            p.prio,
+        )
     spec = (0, TC_LINKLAYER_ETHERNET, p.overhead_bytes, 0, p.mpu_bytes, U32_MAX)
     parms = _HTB_OPT.pack(*spec, *spec, p.buffer_ticks, p.buffer_ticks, p.quantum_bytes, 0, p.prio)
-    return attr(TCA_OPTIONS, attr(TCA_HTB_PARMS, parms) + u64_attr(TCA_HTB_RATE64, p.rate_bytes_ps)
-                + u64_attr(TCA_HTB_CEIL64, p.rate_bytes_ps))
+    return attr(
+        TCA_OPTIONS,
+        attr(TCA_HTB_PARMS, parms)
+        + u64_attr(TCA_HTB_RATE64, p.rate_bytes_ps)
+        + u64_attr(TCA_HTB_CEIL64, p.rate_bytes_ps),
+    )
 
 
 class ClassTemplate:
@@ -129,6 +145,7 @@ class ClassTemplate:
 
 
 # --- leaves --------------------------------------------------------------
+
 
 def _ticks(time_us: int) -> int:
     return min(time_us * 1000 // PSCHED_TICK_NS, U32_MAX)
@@ -156,6 +173,7 @@ def qdisc_delete(ifindex: int, handle: int, parent: int) -> bytes:
 
 # --- u32 -----------------------------------------------------------------
 
+
 def _filter_info() -> int:
     return (U32_FILTER_PRIO << 16) | socket.htons(ETH_P_IP)
 
@@ -176,8 +194,9 @@ def u32_table(ifindex: int, parent: int, htid: int, divisor: int) -> bytes:
     return _filter_head(ifindex, htid << 20, parent) + attr(TCA_OPTIONS, u32_attr(TCA_U32_DIVISOR, divisor))
 
 
-def u32_link(ifindex: int, parent: int, handle: int, bucket_address: int | None,
-             link_htid: int, hash_mask: int) -> bytes:
+def u32_link(
+    ifindex: int, parent: int, handle: int, bucket_address: int | None, link_htid: int, hash_mask: int
+) -> bytes:
     """A match-all node that hashes the destination address with `hash_mask`
     and continues in table `link_htid`; bucket_address None = the root table."""
     opts = u32_attr(TCA_U32_LINK, link_htid << 20)
@@ -187,8 +206,7 @@ def u32_link(ifindex: int, parent: int, handle: int, bucket_address: int | None,
     return _filter_head(ifindex, handle, parent) + attr(TCA_OPTIONS, opts)
 
 
-def u32_match(ifindex: int, parent: int, slot: U32Slot, dst_ip: str, target_classid: int,
-              create: bool) -> bytes:
+def u32_match(ifindex: int, parent: int, slot: U32Slot, dst_ip: str, target_classid: int, create: bool) -> bytes:
     """The node for one destination: full destination address -> class.  A change
     (create False) only resends the class: the kernel keeps the selector."""
     opts = u32_attr(TCA_U32_CLASSID, target_classid)
@@ -205,13 +223,14 @@ def u32_delete(ifindex: int, parent: int, handle: int) -> bytes:
 
 # --- parsing (error replies, tests) -----------------------------------------
 
+
 def parse_attrs(data: bytes, offset: int = 0) -> dict[int, bytes]:
     out: dict[int, bytes] = {}
     while offset + _ATTR.size <= len(data):
         length, attr_type = _ATTR.unpack_from(data, offset)
         if length < _ATTR.size:
             break
-        out[attr_type & 0x3FFF] = data[offset + _ATTR.size: offset + length]
+        out[attr_type & 0x3FFF] = data[offset + _ATTR.size : offset + length]
         offset += (length + 3) & ~3
     return out
 

@@ -102,8 +102,7 @@ class RouteSocket:
     def __init__(self, netns: str | None = None):
         self.netns = netns
         with in_netns(netns):
-            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                                      socket.NETLINK_ROUTE)
+            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE)
         self.sock.bind((0, 0))
         for forced, plain in ((SO_SNDBUFFORCE, socket.SO_SNDBUF), (SO_RCVBUFFORCE, socket.SO_RCVBUF)):
             try:
@@ -160,8 +159,9 @@ class RouteSocket:
             try:
                 data = self.sock.recv(1 << 16)
             except (OSError, TimeoutError) as exc:
-                raise KernelError(f"netlink: no answer to {batch[-1].what} (and {len(batch) - 1} requests "
-                                  f"before it): {exc}") from None
+                raise KernelError(
+                    f"netlink: no answer to {batch[-1].what} (and {len(batch) - 1} requests before it): {exc}"
+                ) from None
             if answered(data, by_seq, last, failures):
                 return failures
 
@@ -190,16 +190,18 @@ def batches(requests: list[Request]) -> Iterator[tuple[int, int]]:
     start = 0
     while start < len(requests):
         end, size = start, 0
-        while end < len(requests) and end - start < BATCH_REQUESTS and (
-                end == start or size + len(requests[end].body) + _HDR.size <= BATCH_BYTES):
+        while (
+            end < len(requests)
+            and end - start < BATCH_REQUESTS
+            and (end == start or size + len(requests[end].body) + _HDR.size <= BATCH_BYTES)
+        ):
             size += len(requests[end].body) + _HDR.size
             end += 1
         yield start, end
         start = end
 
 
-def answered(data: bytes, by_seq: dict[int, tuple[int, Request]], last: int,
-             failures: list[KernelFailure]) -> bool:
+def answered(data: bytes, by_seq: dict[int, tuple[int, Request]], last: int, failures: list[KernelFailure]) -> bool:
     """Note the refusals in `data` (answers of one batch); True once the
     batch's ACK (sequence `last`) is among them."""
     for msg_type, flags, seq, payload in _messages(data):
@@ -220,7 +222,7 @@ def _messages(data: bytes) -> Iterator[tuple[int, int, int, bytes]]:
         length, msg_type, flags, seq, _ = _HDR.unpack_from(data, offset)
         if length < _HDR.size:
             return
-        yield msg_type, flags, seq, data[offset + _HDR.size: offset + length]
+        yield msg_type, flags, seq, data[offset + _HDR.size : offset + length]
         offset += (length + 3) & ~3
 
 

@@ -99,6 +99,7 @@ TC_LINKLAYER_ETHERNET = 1
 DEST_PRIO = 1
 DEFAULT_PRIO = 0  # control traffic goes before shaped traffic
 
+
 @dataclass(frozen=True)
 class Shaping:
     """What one destination's path should look like, as seen from the sender."""
@@ -125,8 +126,9 @@ class Shaping:
         if self.jitter_us and not self.delay_us:
             raise CollapsarError(f"{where}: jitter needs a delay (jitter_us={self.jitter_us}, delay_us=0)")
         if self.distribution not in DISTRIBUTIONS:
-            raise CollapsarError(f"{where}: distribution must be one of {', '.join(DISTRIBUTIONS)}, "
-                                 f"got {self.distribution!r}")
+            raise CollapsarError(
+                f"{where}: distribution must be one of {', '.join(DISTRIBUTIONS)}, got {self.distribution!r}"
+            )
         if not 0.0 <= self.loss_ratio <= 1.0:
             raise CollapsarError(f"{where}: loss_ratio must lie in [0, 1], got {self.loss_ratio!r}")
 
@@ -163,8 +165,7 @@ def frame_wire_bytes(mtu_bytes: int, wire_overhead: bool) -> int:
     return mtu_bytes + ETH_HEADER_BYTES + (ETH_WIRE_OVERHEAD_BYTES if wire_overhead else 0)
 
 
-def htb_params(rate_bps: int | None, *, wire_overhead: bool, mtu_bytes: int = 1500,
-               prio: int = DEST_PRIO) -> HtbParams:
+def htb_params(rate_bps: int | None, *, wire_overhead: bool, mtu_bytes: int = 1500, prio: int = DEST_PRIO) -> HtbParams:
     """rate = ceil, burst = cburst; rate_bps None means UNLIMITED_RATE_BPS.
 
     With `wire_overhead` the htb rate is the frame share of the wire rate (see
@@ -239,8 +240,9 @@ class _Same(enum.Enum):
 _SAME = _Same.SAME
 
 
-def leaf_params(shaping: Shaping, *, netem: bool, mtu_bytes: int = 1500,
-                limit_rate_bps: int | None | _Same = _SAME) -> LeafParams:
+def leaf_params(
+    shaping: Shaping, *, netem: bool, mtu_bytes: int = 1500, limit_rate_bps: int | None | _Same = _SAME
+) -> LeafParams:
     """The leaf for `shaping`; `limit_rate_bps` sizes the queue for another rate
     than the path's current one (None: unlimited) so that a queue sized for a
     fast path keeps its room when the sharing loop slows the path down."""
@@ -251,10 +253,10 @@ def leaf_params(shaping: Shaping, *, netem: bool, mtu_bytes: int = 1500,
             raise CollapsarError(
                 f"destination {shaping.dst_ip}: delay, jitter and loss need sch_netem, but this tree "
                 f"was built without netem (delay_us={shaping.delay_us}, jitter_us={shaping.jitter_us}, "
-                f"loss_ratio={shaping.loss_ratio})")
+                f"loss_ratio={shaping.loss_ratio})"
+            )
         return LeafParams("pfifo", limit)
-    return LeafParams("netem", limit, shaping.delay_us, shaping.jitter_us,
-                      shaping.distribution, shaping.loss_ratio)
+    return LeafParams("netem", limit, shaping.delay_us, shaping.jitter_us, shaping.distribution, shaping.loss_ratio)
 
 
 @dataclass(frozen=True)
@@ -284,27 +286,35 @@ class TreePlan:
     dests: list[DestPlan] = field(default_factory=list)
 
     def describe(self) -> list[str]:
-        lines = [f"qdisc 1: root htb default 1:1 (wire overhead {'on' if self.wire_overhead else 'off'}, "
-                 f"mtu {self.mtu_bytes})",
-                 f"class 1:1 default (unshaped): {describe_htb(self.default_htb, None)}",
-                 f"class 1:2 blackhole: leaf 2: {describe_leaf(self.blackhole_leaf)} (cut and removed paths)",
-                 "filter u32 ht 800: match all, hash dst octet 3 -> ht 1: (256 buckets)"]
+        lines = [
+            f"qdisc 1: root htb default 1:1 (wire overhead {'on' if self.wire_overhead else 'off'}, "
+            f"mtu {self.mtu_bytes})",
+            f"class 1:1 default (unshaped): {describe_htb(self.default_htb, None)}",
+            f"class 1:2 blackhole: leaf 2: {describe_leaf(self.blackhole_leaf)} (cut and removed paths)",
+            "filter u32 ht 800: match all, hash dst octet 3 -> ht 1: (256 buckets)",
+        ]
         for d in self.dests:
             s = d.slot
-            lines.append(f"class {format_handle(d.classid)} -> {d.shaping.dst_ip}: "
-                         f"{describe_htb(d.htb, d.shaping.rate_bps)}; "
-                         f"leaf {d.minor:x}: {describe_leaf(d.leaf)}")
-            lines.append(f"  filter u32 ht 1: bucket {s.level1_bucket} -> ht {s.level2_htid:x}: "
-                         f"bucket {s.level2_bucket} node {s.node}: dst {d.shaping.dst_ip}/32 "
-                         f"-> {format_handle(d.classid)}")
+            lines.append(
+                f"class {format_handle(d.classid)} -> {d.shaping.dst_ip}: "
+                f"{describe_htb(d.htb, d.shaping.rate_bps)}; "
+                f"leaf {d.minor:x}: {describe_leaf(d.leaf)}"
+            )
+            lines.append(
+                f"  filter u32 ht 1: bucket {s.level1_bucket} -> ht {s.level2_htid:x}: "
+                f"bucket {s.level2_bucket} node {s.node}: dst {d.shaping.dst_ip}/32 "
+                f"-> {format_handle(d.classid)}"
+            )
         return lines
 
 
 def describe_htb(p: HtbParams, rate_bps: int | None) -> str:
     rate = "unlimited" if rate_bps is None else format_rate_bps(rate_bps)
-    return (f"rate=ceil {rate} ({p.rate_bytes_ps} B/s), burst=cburst {p.burst_bytes} B "
-            f"({p.buffer_ticks} ticks), quantum {p.quantum_bytes} B, overhead {p.overhead_bytes} B, "
-            f"mpu {p.mpu_bytes} B, prio {p.prio}")
+    return (
+        f"rate=ceil {rate} ({p.rate_bytes_ps} B/s), burst=cburst {p.burst_bytes} B "
+        f"({p.buffer_ticks} ticks), quantum {p.quantum_bytes} B, overhead {p.overhead_bytes} B, "
+        f"mpu {p.mpu_bytes} B, prio {p.prio}"
+    )
 
 
 def describe_leaf(p: LeafParams) -> str:
@@ -323,21 +333,30 @@ def blackhole_leaf(netem: bool) -> LeafParams:
     return LeafParams("netem", BASE_QUEUE_PKTS, loss_ratio=1.0) if netem else LeafParams("pfifo", 0)
 
 
-def plan_tree(shapings: list[Shaping], *, wire_overhead: bool = True, netem: bool = True,
-              mtu_bytes: int = 1500) -> TreePlan:
+def plan_tree(
+    shapings: list[Shaping], *, wire_overhead: bool = True, netem: bool = True, mtu_bytes: int = 1500
+) -> TreePlan:
     seen: set[str] = set()
     for s in shapings:
         if s.dst_ip in seen:
             raise CollapsarError(f"destination {s.dst_ip} appears twice in one tree")
         seen.add(s.dst_ip)
-    plan = TreePlan(wire_overhead, netem, mtu_bytes,
-                    default_htb=htb_params(None, wire_overhead=wire_overhead, mtu_bytes=mtu_bytes,
-                                           prio=DEFAULT_PRIO),
-                    blackhole_leaf=blackhole_leaf(netem))
+    plan = TreePlan(
+        wire_overhead,
+        netem,
+        mtu_bytes,
+        default_htb=htb_params(None, wire_overhead=wire_overhead, mtu_bytes=mtu_bytes, prio=DEFAULT_PRIO),
+        blackhole_leaf=blackhole_leaf(netem),
+    )
     layout, minors = U32Layout(), MinorAllocator()
     for s in shapings:
-        plan.dests.append(DestPlan(s, minors.take(),
-                                   htb_params(s.rate_bps, wire_overhead=wire_overhead, mtu_bytes=mtu_bytes),
-                                   leaf_params(s, netem=netem, mtu_bytes=mtu_bytes),
-                                   layout.place(s.dst_ip)))
+        plan.dests.append(
+            DestPlan(
+                s,
+                minors.take(),
+                htb_params(s.rate_bps, wire_overhead=wire_overhead, mtu_bytes=mtu_bytes),
+                leaf_params(s, netem=netem, mtu_bytes=mtu_bytes),
+                layout.place(s.dst_ip),
+            )
+        )
     return plan

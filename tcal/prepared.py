@@ -48,10 +48,16 @@ class _Signal(ctypes.Structure):
 
 
 class _Batch(ctypes.Structure):
-    _fields_ = [("fd", ctypes.c_int32), ("last_seq", ctypes.c_uint32),
-                ("request", ctypes.c_char_p), ("request_len", ctypes.c_uint64),
-                ("reply", ctypes.c_void_p), ("reply_cap", ctypes.c_uint64),
-                ("reply_len", ctypes.c_uint64), ("error", ctypes.c_int32)]
+    _fields_ = [
+        ("fd", ctypes.c_int32),
+        ("last_seq", ctypes.c_uint32),
+        ("request", ctypes.c_char_p),
+        ("request_len", ctypes.c_uint64),
+        ("reply", ctypes.c_void_p),
+        ("reply_cap", ctypes.c_uint64),
+        ("reply_len", ctypes.c_uint64),
+        ("error", ctypes.c_int32),
+    ]
 
 
 _lib: ctypes.CDLL | None = None
@@ -64,9 +70,15 @@ def _library() -> ctypes.CDLL:
         return _lib
     lib = load_built(LIBRARY_PATH, _SOURCES, "the step firer (libcxfire)")
     lib.cx_fire.restype = None
-    lib.cx_fire.argtypes = [ctypes.c_int64, ctypes.POINTER(_Signal), ctypes.c_uint64,
-                            ctypes.POINTER(_Batch), ctypes.c_uint64, ctypes.c_int32,
-                            ctypes.POINTER(ctypes.c_int64)]
+    lib.cx_fire.argtypes = [
+        ctypes.c_int64,
+        ctypes.POINTER(_Signal),
+        ctypes.c_uint64,
+        ctypes.POINTER(_Batch),
+        ctypes.c_uint64,
+        ctypes.c_int32,
+        ctypes.POINTER(ctypes.c_int64),
+    ]
     _lib = lib
     return lib
 
@@ -143,8 +155,7 @@ class PreparedStep:
 
     # --- what a step does at its instant -------------------------------------
 
-    def queue(self, sock: RouteSocket, requests: list[Request],
-              then: Callable[[list[KernelFailure]], None]) -> None:
+    def queue(self, sock: RouteSocket, requests: list[Request], then: Callable[[list[KernelFailure]], None]) -> None:
         """Netlink requests (RouteSocket.submit puts them here)."""
         self._refuse_if_sealed()
         queued = self._sockets.setdefault(sock, _Queued())
@@ -210,12 +221,22 @@ class PreparedStep:
                 data, by_seq, last = sock.encode(queued.requests[start:end], start)
                 reply = ctypes.create_string_buffer(max(REPLY_BYTES_MIN, REPLY_BYTES_PER_REQUEST * (end - start)))
                 sealed.batches.append(_SealedBatch(sock, queued, start, end, by_seq, last, data, reply))
-        sealed.native = (_Batch * len(sealed.batches))(*[
-            _Batch(b.sock.sock.fileno(), b.last, b.data, len(b.data), ctypes.cast(b.reply, ctypes.c_void_p),
-                   len(b.reply), 0, 0)
-            for b in sealed.batches])
-        sealed.signals = (_Signal * max(1, len(self._signals)))(*[_Signal(pgid, sig, 0)
-                                                                   for pgid, sig in self._signals])
+        sealed.native = (_Batch * len(sealed.batches))(
+            *[
+                _Batch(
+                    b.sock.sock.fileno(),
+                    b.last,
+                    b.data,
+                    len(b.data),
+                    ctypes.cast(b.reply, ctypes.c_void_p),
+                    len(b.reply),
+                    0,
+                    0,
+                )
+                for b in sealed.batches
+            ]
+        )
+        sealed.signals = (_Signal * max(1, len(self._signals)))(*[_Signal(pgid, sig, 0) for pgid, sig in self._signals])
         return sealed
 
     def _fire_instant(self) -> tuple[int, int, list[Exception]]:
@@ -232,20 +253,31 @@ class PreparedStep:
         # Set by _encode whenever the library loaded (no problem) and there is work.
         assert sealed.lib is not None and sealed.native is not None and sealed.signals is not None
         times = (ctypes.c_int64 * 2)()
-        sealed.lib.cx_fire(self.deadline_ns, sealed.signals, len(self._signals), sealed.native,
-                           len(sealed.batches), int(REPLY_TIMEOUT_S * 1000), times)
+        sealed.lib.cx_fire(
+            self.deadline_ns,
+            sealed.signals,
+            len(self._signals),
+            sealed.native,
+            len(sealed.batches),
+            int(REPLY_TIMEOUT_S * 1000),
+            times,
+        )
         errors = []
         for i, (pgid, sig) in enumerate(self._signals):
             if sealed.signals[i].error not in (0, errno.ESRCH):
-                errors.append(OSError(sealed.signals[i].error, f"signal {sig} to process group {pgid}: "
-                                                               f"{os.strerror(sealed.signals[i].error)}"))
+                errors.append(
+                    OSError(
+                        sealed.signals[i].error,
+                        f"signal {sig} to process group {pgid}: {os.strerror(sealed.signals[i].error)}",
+                    )
+                )
         failures: dict[_Queued, list[KernelFailure]] = {queued: [] for queued in self._sockets.values()}
         for native, b in zip(sealed.native, sealed.batches):
             mine = failures[b.queued]
             if native.error:  # not sent, or no answer: count every request of it as refused
                 mine += _all_failed(b.queued.requests, b.start, b.end, native.error)
             else:
-                answered(b.reply.raw[:native.reply_len], b.by_seq, b.last, mine)
+                answered(b.reply.raw[: native.reply_len], b.by_seq, b.last, mine)
         for queued, refused in failures.items():
             errors += _complete(queued, refused)
         return times[0], times[1], errors

@@ -55,6 +55,7 @@ class ShapingChange(TypedDict, total=False):
     distribution: str
     loss_ratio: float
 
+
 ROOT = classid(ROOT_MAJOR, 0)
 BLACKHOLE = classid(ROOT_MAJOR, BLACKHOLE_MINOR)
 ROOT_LINK_HANDLE = (0x800 << 20) | 1  # node 1 of u32's root table 800:
@@ -112,8 +113,9 @@ class TcTree:
         self._sock = RouteSocket(self.netns)
         # The root goes alone first: if the interface already has a root qdisc
         # (someone else's, perhaps even handle 1:), nothing of ours may land in it.
-        root = m.Request(m.RTM_NEWQDISC, m.CREATE, m.htb_root(self._ifindex, ROOT, DEFAULT_MINOR),
-                         "create root qdisc 1: htb")
+        root = m.Request(
+            m.RTM_NEWQDISC, m.CREATE, m.htb_root(self._ifindex, ROOT, DEFAULT_MINOR), "create root qdisc 1: htb"
+        )
         failures = self._socket.execute([root])
         if failures:
             self.teardown()
@@ -121,23 +123,34 @@ class TcTree:
         self._root_made = True
         self._gso = GsoLimit(self._sock, self._ifindex, self.ifname)
         self._limit_gso([s.rate_bps for s in shapings])
-        reqs = [self._class_request(classid(ROOT_MAJOR, DEFAULT_MINOR), plan.default_htb, m.CREATE,
-                                    "create default class 1:1", None),
-                self._class_request(BLACKHOLE, plan.default_htb, m.CREATE, "create blackhole class 1:2", None),
-                self._leaf_request(BLACKHOLE_MINOR, plan.blackhole_leaf, True, m.CREATE, None),
-                m.Request(m.RTM_NEWTFILTER, m.CREATE, m.u32_table(self._ifindex, ROOT, U32_LEVEL1_HTID, U32_DIVISOR),
-                          "create u32 hash table 1:")]
+        reqs = [
+            self._class_request(
+                classid(ROOT_MAJOR, DEFAULT_MINOR), plan.default_htb, m.CREATE, "create default class 1:1", None
+            ),
+            self._class_request(BLACKHOLE, plan.default_htb, m.CREATE, "create blackhole class 1:2", None),
+            self._leaf_request(BLACKHOLE_MINOR, plan.blackhole_leaf, True, m.CREATE, None),
+            m.Request(
+                m.RTM_NEWTFILTER,
+                m.CREATE,
+                m.u32_table(self._ifindex, ROOT, U32_LEVEL1_HTID, U32_DIVISOR),
+                "create u32 hash table 1:",
+            ),
+        ]
         tables: set[int] = set()
         for d in plan.dests:
             self._layout.place(d.shaping.dst_ip)
             self._minors.claim(d.minor)
-            dest = _Dest(d.shaping, d.minor, d.leaf, d.slot,
-                         m.ClassTemplate(self._ifindex, d.classid, ROOT), None)
+            dest = _Dest(d.shaping, d.minor, d.leaf, d.slot, m.ClassTemplate(self._ifindex, d.classid, ROOT), None)
             reqs += self._create_dest(dest, tables)
             self._dests[d.shaping.dst_ip] = dest
-        reqs.append(m.Request(m.RTM_NEWTFILTER, m.CREATE,
-                              m.u32_link(self._ifindex, ROOT, ROOT_LINK_HANDLE, None, U32_LEVEL1_HTID, 0xFF00),
-                              "create u32 root node 800::1 -> hash table 1:"))
+        reqs.append(
+            m.Request(
+                m.RTM_NEWTFILTER,
+                m.CREATE,
+                m.u32_link(self._ifindex, ROOT, ROOT_LINK_HANDLE, None, U32_LEVEL1_HTID, 0xFF00),
+                "create u32 root node 800::1 -> hash table 1:",
+            )
+        )
         failures = self._socket.execute(reqs)
         if failures:
             self.teardown()
@@ -176,9 +189,15 @@ class TcTree:
                     sized = dest.sized_for_bps
                     if sized is None or (rate is not None and rate <= sized):
                         _check_rate(ip, rate)
-                        reqs.append(m.Request(m.RTM_NEWTCLASS, m.CHANGE,
-                                              dest.template.prefix + m.htb_class_options(calc(rate)),
-                                              dest.change_what, ip))
+                        reqs.append(
+                            m.Request(
+                                m.RTM_NEWTCLASS,
+                                m.CHANGE,
+                                dest.template.prefix + m.htb_class_options(calc(rate)),
+                                dest.change_what,
+                                ip,
+                            )
+                        )
                         undo.append((dest, _saved(dest)))
                         dest.shaping = _with_rate(dest.shaping, rate)
                         continue
@@ -195,6 +214,7 @@ class TcTree:
             if failures:
                 _put_back_all(undo, {f.request.key for f in failures})
                 self._raise(failures, "change")
+
         self._socket.submit(reqs, then)
 
     def _stage(self, dest: _Dest, fields: ShapingChange, reqs: list[m.Request]) -> None:
@@ -203,12 +223,15 @@ class TcTree:
         ip = dest.shaping.dst_ip
         unknown = set(fields) - CHANGEABLE
         if unknown:
-            raise CollapsarError(f"{self._where()}: destination {ip}: cannot change {sorted(unknown)}; "
-                                 f"expected some of {sorted(CHANGEABLE)}")
+            raise CollapsarError(
+                f"{self._where()}: destination {ip}: cannot change {sorted(unknown)}; "
+                f"expected some of {sorted(CHANGEABLE)}"
+            )
         new = dataclasses.replace(dest.shaping, **fields)
         if new.rate_bps != dest.shaping.rate_bps:
-            reqs.append(m.Request(m.RTM_NEWTCLASS, m.CHANGE, dest.template.body(self._htb(new.rate_bps)),
-                                  dest.change_what, ip))
+            reqs.append(
+                m.Request(m.RTM_NEWTCLASS, m.CHANGE, dest.template.body(self._htb(new.rate_bps)), dest.change_what, ip)
+            )
         leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu, limit_rate_bps=_limit_rate(dest, new))
         leaf = leaf._replace(limit_pkts=max(leaf.limit_pkts, dest.leaf.limit_pkts))
         if leaf != dest.leaf:
@@ -228,8 +251,7 @@ class TcTree:
         leaf = leaf_params(shaping, netem=self.netem, mtu_bytes=self._mtu)
         slot = self._layout.place(ip)
         minor = self._minors.take()
-        dest = _Dest(shaping, minor, leaf, slot,
-                     m.ClassTemplate(self._ifindex, classid(ROOT_MAJOR, minor), ROOT), None)
+        dest = _Dest(shaping, minor, leaf, slot, m.ClassTemplate(self._ifindex, classid(ROOT_MAJOR, minor), ROOT), None)
         tables: set[int] = set()
         removed_slot = self._removed.pop(ip, None)
         reqs = self._create_dest(dest, tables, reuse_filter=removed_slot is not None)
@@ -247,6 +269,7 @@ class TcTree:
             if removed_slot is not None:
                 self._removed[ip] = removed_slot
             self._raise(failures, "add")
+
         self._socket.submit(reqs, then)
         self._limit_gso([shaping.rate_bps])
 
@@ -254,9 +277,16 @@ class TcTree:
         """Drop the destination's class and leaf; its filter stays, pointed at
         the blackhole, so its packets are dropped rather than sent unshaped."""
         dest = self._dest(dst_ip)
-        reqs = [self._filter_request(dest.slot, dst_ip, BLACKHOLE, f"destination {dst_ip}: point filter at blackhole"),
-                m.Request(m.RTM_DELTCLASS, 0, m.tcmsg(self._ifindex, dest.classid, ROOT),
-                          f"destination {dst_ip}: delete class {format_handle(dest.classid)}", dst_ip)]
+        reqs = [
+            self._filter_request(dest.slot, dst_ip, BLACKHOLE, f"destination {dst_ip}: point filter at blackhole"),
+            m.Request(
+                m.RTM_DELTCLASS,
+                0,
+                m.tcmsg(self._ifindex, dest.classid, ROOT),
+                f"destination {dst_ip}: delete class {format_handle(dest.classid)}",
+                dst_ip,
+            ),
+        ]
         del self._dests[dst_ip]
         self._removed[dst_ip] = dest.slot
 
@@ -266,6 +296,7 @@ class TcTree:
                 self._dests[dst_ip] = dest
                 self._raise(failures, "remove")
             self._minors.free(dest.minor)  # only once the class is gone
+
         self._socket.submit(reqs, then)
 
     def cut(self, dst_ip: str) -> None:
@@ -283,9 +314,9 @@ class TcTree:
             self._gso.restore()
             self._gso = None
         if self._root_made:
-            failures = self._sock.execute([m.Request(m.RTM_DELQDISC, 0,
-                                                     m.qdisc_delete(self._ifindex, ROOT, m.TC_H_ROOT),
-                                                     "delete root qdisc 1:")])
+            failures = self._sock.execute(
+                [m.Request(m.RTM_DELQDISC, 0, m.qdisc_delete(self._ifindex, ROOT, m.TC_H_ROOT), "delete root qdisc 1:")]
+            )
             # Gone already (interface or namespace deleted under us) is what we wanted.
             real = [f for f in failures if f.errno not in (errno.ENOENT, errno.EINVAL, errno.ENODEV)]
             if real:
@@ -304,45 +335,75 @@ class TcTree:
         second-level tables it needs are noted in `pending_tables`, to be
         recorded once the kernel has accepted them."""
         ip = dest.shaping.dst_ip
-        reqs = [self._class_request(dest.classid, self._htb(dest.shaping.rate_bps), m.CREATE,
-                                    f"destination {ip}: create class {format_handle(dest.classid)}", ip),
-                self._leaf_request(dest.minor, dest.leaf, True, m.CREATE, ip)]
+        reqs = [
+            self._class_request(
+                dest.classid,
+                self._htb(dest.shaping.rate_bps),
+                m.CREATE,
+                f"destination {ip}: create class {format_handle(dest.classid)}",
+                ip,
+            ),
+            self._leaf_request(dest.minor, dest.leaf, True, m.CREATE, ip),
+        ]
         if reuse_filter:
             reqs.append(self._filter_request(dest.slot, ip, dest.classid, f"destination {ip}: point filter at class"))
             return reqs
         htid = dest.slot.level2_htid
         new_table = htid not in self._level2 and htid not in pending_tables
         if new_table:
-            reqs.append(m.Request(m.RTM_NEWTFILTER, m.CREATE, m.u32_table(self._ifindex, ROOT, htid, U32_DIVISOR),
-                                  f"destination {ip}: create u32 hash table {htid:x}:", ip))
+            reqs.append(
+                m.Request(
+                    m.RTM_NEWTFILTER,
+                    m.CREATE,
+                    m.u32_table(self._ifindex, ROOT, htid, U32_DIVISOR),
+                    f"destination {ip}: create u32 hash table {htid:x}:",
+                    ip,
+                )
+            )
         # The node goes in before its table is linked in: no packet meets a half-made table.
-        reqs.append(m.Request(m.RTM_NEWTFILTER, m.CREATE,
-                              m.u32_match(self._ifindex, ROOT, dest.slot, ip, dest.classid, create=True),
-                              f"destination {ip}: create u32 node {_u32_handle(dest.slot.handle)}", ip))
+        reqs.append(
+            m.Request(
+                m.RTM_NEWTFILTER,
+                m.CREATE,
+                m.u32_match(self._ifindex, ROOT, dest.slot, ip, dest.classid, create=True),
+                f"destination {ip}: create u32 node {_u32_handle(dest.slot.handle)}",
+                ip,
+            )
+        )
         if new_table:
             bucket = (U32_LEVEL1_HTID << 20) | (dest.slot.level1_bucket << 12)
-            reqs.append(m.Request(m.RTM_NEWTFILTER, m.CREATE,
-                                  m.u32_link(self._ifindex, ROOT, bucket | 1, bucket, htid, 0xFF),
-                                  f"destination {ip}: link u32 bucket 1:{dest.slot.level1_bucket:x} "
-                                  f"-> table {htid:x}:", ip))
+            reqs.append(
+                m.Request(
+                    m.RTM_NEWTFILTER,
+                    m.CREATE,
+                    m.u32_link(self._ifindex, ROOT, bucket | 1, bucket, htid, 0xFF),
+                    f"destination {ip}: link u32 bucket 1:{dest.slot.level1_bucket:x} -> table {htid:x}:",
+                    ip,
+                )
+            )
             pending_tables.add(htid)
         return reqs
 
     def _class_request(self, cid: int, htb: HtbParams, flags: int, what: str, key: str | None) -> m.Request:
         return m.Request(m.RTM_NEWTCLASS, flags, m.ClassTemplate(self._ifindex, cid, ROOT).body(htb), what, key)
 
-    def _leaf_request(self, minor: int, leaf: LeafParams, with_table: bool, flags: int,
-                      key: str | None) -> m.Request:
+    def _leaf_request(self, minor: int, leaf: LeafParams, with_table: bool, flags: int, key: str | None) -> m.Request:
         verb = "create" if flags else "change"
         who = f"destination {key}: " if key else ""
-        return m.Request(m.RTM_NEWQDISC, flags,
-                         m.leaf_body(self._ifindex, classid(minor, 0), classid(ROOT_MAJOR, minor), leaf,
-                                     with_table and bool(leaf.jitter_us)),
-                         f"{who}{verb} leaf {minor:x}: {leaf.kind}", key)
+        return m.Request(
+            m.RTM_NEWQDISC,
+            flags,
+            m.leaf_body(
+                self._ifindex, classid(minor, 0), classid(ROOT_MAJOR, minor), leaf, with_table and bool(leaf.jitter_us)
+            ),
+            f"{who}{verb} leaf {minor:x}: {leaf.kind}",
+            key,
+        )
 
     def _filter_request(self, slot: U32Slot, ip: str, target: int, what: str) -> m.Request:
-        return m.Request(m.RTM_NEWTFILTER, m.CHANGE,
-                         m.u32_match(self._ifindex, ROOT, slot, ip, target, create=False), what, ip)
+        return m.Request(
+            m.RTM_NEWTFILTER, m.CHANGE, m.u32_match(self._ifindex, ROOT, slot, ip, target, create=False), what, ip
+        )
 
     def _point(self, dst_ip: str, cut: bool) -> None:
         dest = self._dest(dst_ip)
@@ -354,9 +415,18 @@ class TcTree:
             if failures:
                 dest.cut = was
                 self._raise(failures, "cut" if cut else "restore")
-        self._socket.submit([self._filter_request(
-            dest.slot, dst_ip, target, f"destination {dst_ip}: {'cut' if cut else 'restore'} path "
-                                       f"(filter -> {format_handle(target)})")], then)
+
+        self._socket.submit(
+            [
+                self._filter_request(
+                    dest.slot,
+                    dst_ip,
+                    target,
+                    f"destination {dst_ip}: {'cut' if cut else 'restore'} path (filter -> {format_handle(target)})",
+                )
+            ],
+            then,
+        )
 
     # --- helpers -------------------------------------------------------------
 

@@ -60,8 +60,10 @@ class ExampleRun:
     def requests(self, instance: str) -> list[dict]:
         """wl-client's per-request records: send_us (from the client's start), latency_us, status."""
         with (self.dir / "workload" / f"{instance}.requests.csv").open() as handle:
-            return [{**row, "send_us": float(row["send_us"]), "latency_us": float(row["latency_us"])}
-                    for row in csv.DictReader(handle)]
+            return [
+                {**row, "send_us": float(row["send_us"]), "latency_us": float(row["latency_us"])}
+                for row in csv.DictReader(handle)
+            ]
 
     def applied_s(self) -> list[float]:
         """When each step of the timeline was in force, in s from t=0 (a busy
@@ -76,8 +78,12 @@ class ExampleRun:
         t0_s = float((self.dir / "t0").read_text())
         with (self.dir / "workload" / f"{instance}.spans.jsonl").open() as handle:
             first = json.loads(handle.readline())
-        starts = [int(span["startTimeUnixNano"]) for resource in first["resourceSpans"]
-                  for scope in resource["scopeSpans"] for span in scope["spans"]]
+        starts = [
+            int(span["startTimeUnixNano"])
+            for resource in first["resourceSpans"]
+            for scope in resource["scopeSpans"]
+            for span in scope["spans"]
+        ]
         first_send_us = min(record["send_us"] for record in self.requests(instance))
         return min(starts) / 1e9 - t0_s - first_send_us / 1e6
 
@@ -89,8 +95,17 @@ def run_example(name: str, tmp: Path, duration: str | None = None, timeout_s: fl
     """`collapsar run topologies/NAME` as it is written, optionally shortened."""
     # The default grace (5 s): a client stopped at the end waits up to 1 s for
     # its last replies, then writes its records.
-    argv = [sys.executable, "-m", "collapsar.cli", "run", str(TOPOLOGIES / name), "--subnet", SUBNET,
-            "--run-dir", str(tmp)]
+    argv = [
+        sys.executable,
+        "-m",
+        "collapsar.cli",
+        "run",
+        str(TOPOLOGIES / name),
+        "--subnet",
+        SUBNET,
+        "--run-dir",
+        str(tmp),
+    ]
     if duration:
         argv += ["--duration", duration]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)

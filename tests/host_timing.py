@@ -63,9 +63,24 @@ class HostTimer:
         if tool is None:
             raise RuntimeError("cyclictest not found: apt-get install rt-tests (deps/apt-test.txt)")
         self._proc = subprocess.Popen(
-            [tool, "--threads", "--affinity", "--priority", str(PRIORITY), "--interval", str(self.interval_us),
-             "--distance", "0", "--quiet", "--histogram", str(HISTOGRAM_US)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            [
+                tool,
+                "--threads",
+                "--affinity",
+                "--priority",
+                str(PRIORITY),
+                "--interval",
+                str(self.interval_us),
+                "--distance",
+                "0",
+                "--quiet",
+                "--histogram",
+                str(HISTOGRAM_US),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         return self
 
     def __exit__(self, *exc) -> None:

@@ -43,14 +43,28 @@ class NetnsFactory:
     def make(self, n_dst: int = 1, mtu: int = 1500) -> NetnsPair:
         # The pid keeps concurrent test runs apart; the counter, pairs in one run.
         tag = f"{os.getpid() % 100000}x{next(_counter)}"
-        pair = NetnsPair(f"cxs{tag}", f"cxd{tag}", "veth0", "veth1",
-                         "10.199.0.1", [f"10.199.1.{i + 1}" for i in range(n_dst)])
+        pair = NetnsPair(
+            f"cxs{tag}", f"cxd{tag}", "veth0", "veth1", "10.199.0.1", [f"10.199.1.{i + 1}" for i in range(n_dst)]
+        )
         for ns in (pair.src_ns, pair.dst_ns):
             sh("ip", "netns", "add", ns)
             self.made.append(ns)
             sh("ip", "link", "set", "lo", "up", ns=ns)
-        sh("ip", "link", "add", pair.src_if, "netns", pair.src_ns, "type", "veth",
-           "peer", "name", pair.dst_if, "netns", pair.dst_ns)
+        sh(
+            "ip",
+            "link",
+            "add",
+            pair.src_if,
+            "netns",
+            pair.src_ns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            pair.dst_if,
+            "netns",
+            pair.dst_ns,
+        )
         for ns, ifname in ((pair.src_ns, pair.src_if), (pair.dst_ns, pair.dst_if)):
             sh("ip", "link", "set", ifname, "mtu", str(mtu), "up", ns=ns)
         sh("ip", "addr", "add", f"{pair.src_ip}/16", "dev", pair.src_if, ns=pair.src_ns)

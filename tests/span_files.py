@@ -59,18 +59,32 @@ class RunFiles:
         self._ids += 1
         return f"{self._ids * 0x9E3779B97F4A7C15 % (1 << (4 * hex_digits)):0{hex_digits}x}"
 
-    def span(self, instance: str, trace: str, parent: str | None, name: str, start_ms: float, dur_ms: float,
-             status: str = "ok", **attrs) -> Ctx:
+    def span(
+        self,
+        instance: str,
+        trace: str,
+        parent: str | None,
+        name: str,
+        start_ms: float,
+        dur_ms: float,
+        status: str = "ok",
+        **attrs,
+    ) -> Ctx:
         """One span; keyword attributes name their dots `__` (wl__queue_us: wl.queue_us)."""
         span_id = self._id(16)
         body = {"traceId": trace, "spanId": span_id}
         if parent:
             body["parentSpanId"] = parent
-        body.update({"name": name, "kind": KIND[name], "startTimeUnixNano": str(ns(start_ms)),
-                     "endTimeUnixNano": str(ns(start_ms + dur_ms)),
-                     "attributes": [_attr(k.replace("__", "."), v)
-                                    for k, v in attrs.items()] + [_attr("wl.status", status)],
-                     "status": {"code": STATUS_CODE[status]}})
+        body.update(
+            {
+                "name": name,
+                "kind": KIND[name],
+                "startTimeUnixNano": str(ns(start_ms)),
+                "endTimeUnixNano": str(ns(start_ms + dur_ms)),
+                "attributes": [_attr(k.replace("__", "."), v) for k, v in attrs.items()] + [_attr("wl.status", status)],
+                "status": {"code": STATUS_CODE[status]},
+            }
+        )
         pending = self._pending.setdefault(instance, [])
         pending.append(body)
         if len(pending) >= self.batch:
@@ -83,55 +97,155 @@ class RunFiles:
             return
         if instance not in self._files:
             self._files[instance] = open(self.dir / "workload" / f"{instance}.spans.jsonl", "w")
-        resource = {"attributes": [_attr("service.name", self.services.get(instance, instance)),
-                                   _attr("service.instance.id", instance),
-                                   _attr("collapsar.run_id", self.run_id), _attr("process.pid", 4242)]}
-        line = {"resourceSpans": [{"resource": resource, "scopeSpans": [
-            {"scope": {"name": "collapsar-workload"}, "spans": spans}]}]}
+        resource = {
+            "attributes": [
+                _attr("service.name", self.services.get(instance, instance)),
+                _attr("service.instance.id", instance),
+                _attr("collapsar.run_id", self.run_id),
+                _attr("process.pid", 4242),
+            ]
+        }
+        line = {
+            "resourceSpans": [
+                {"resource": resource, "scopeSpans": [{"scope": {"name": "collapsar-workload"}, "spans": spans}]}
+            ]
+        }
         self._files[instance].write(json.dumps(line, separators=(",", ":")) + "\n")
         self._pending[instance] = []
 
     # ---- the spans of the schema, by name ------------------------------------------
 
-    def request(self, client: str, start_ms: float, dur_ms: float, status: str = "ok",
-                target: str = "front:7891", reply_wait_us: int | None = None) -> Ctx:
+    def request(
+        self,
+        client: str,
+        start_ms: float,
+        dur_ms: float,
+        status: str = "ok",
+        target: str = "front:7891",
+        reply_wait_us: int | None = None,
+    ) -> Ctx:
         """`reply_wait_us`: wl.reply.wait_us, written (0 by default) when a reply came."""
         replied = status != "timeout"
         waited = {"wl__reply__wait_us": reply_wait_us or 0} if replied else {}
-        return self.span(client, self._id(32), None, "request", start_ms, dur_ms, status, wl__target=target,
-                         wl__request_id=self._ids, wl__attempt=0, wl__request__bytes=62,
-                         wl__reply__bytes=48 if replied else 0, wl__proto="tcp",
-                         wl__send_lateness_us=3, wl__thread=0, wl__session=0, **waited)
+        return self.span(
+            client,
+            self._id(32),
+            None,
+            "request",
+            start_ms,
+            dur_ms,
+            status,
+            wl__target=target,
+            wl__request_id=self._ids,
+            wl__attempt=0,
+            wl__request__bytes=62,
+            wl__reply__bytes=48 if replied else 0,
+            wl__proto="tcp",
+            wl__send_lateness_us=3,
+            wl__thread=0,
+            wl__session=0,
+            **waited,
+        )
 
-    def serve(self, instance: str, parent: Ctx, start_ms: float, dur_ms: float, queue_us: int = 0,
-              status: str = "ok", socket_us: int = 0) -> Ctx:
-        return self.span(instance, parent.trace, parent.span, "serve", start_ms, dur_ms, status,
-                         wl__request__bytes=62, wl__reply__bytes=48, wl__queue_us=queue_us,
-                         wl__socket_us=socket_us, wl__peer="10.200.0.2:40000", wl__proto="tcp")
+    def serve(
+        self,
+        instance: str,
+        parent: Ctx,
+        start_ms: float,
+        dur_ms: float,
+        queue_us: int = 0,
+        status: str = "ok",
+        socket_us: int = 0,
+    ) -> Ctx:
+        return self.span(
+            instance,
+            parent.trace,
+            parent.span,
+            "serve",
+            start_ms,
+            dur_ms,
+            status,
+            wl__request__bytes=62,
+            wl__reply__bytes=48,
+            wl__queue_us=queue_us,
+            wl__socket_us=socket_us,
+            wl__peer="10.200.0.2:40000",
+            wl__proto="tcp",
+        )
 
     def compute(self, instance: str, serve: Ctx, start_ms: float, dur_ms: float, asked_us: int) -> Ctx:
-        return self.span(instance, serve.trace, serve.span, "compute", start_ms, dur_ms,
-                         wl__compute__us=asked_us, wl__compute__ns=asked_us * 1000, wl__compute__mode="wall")
+        return self.span(
+            instance,
+            serve.trace,
+            serve.span,
+            "compute",
+            start_ms,
+            dur_ms,
+            wl__compute__us=asked_us,
+            wl__compute__ns=asked_us * 1000,
+            wl__compute__mode="wall",
+        )
 
     def storage(self, instance: str, serve: Ctx, name: str, start_ms: float, dur_ms: float) -> Ctx:
         extra = {"wl__sync": "sync"} if name == "store" else {}
-        return self.span(instance, serve.trace, serve.span, name, start_ms, dur_ms, wl__bytes=4096,
-                         wl__offset=0, **extra)
+        return self.span(
+            instance, serve.trace, serve.span, name, start_ms, dur_ms, wl__bytes=4096, wl__offset=0, **extra
+        )
 
-    def forward(self, instance: str, serve: Ctx, start_ms: float, dur_ms: float, targets: list[str],
-                nack: int, status: str = "ok", retries: int = 0) -> Ctx:
-        return self.span(instance, serve.trace, serve.span, "forward", start_ms, dur_ms, status,
-                         wl__forward__targets=targets, wl__forward__nack=nack,
-                         wl__forward__timeout_us=5_000_000, wl__forward__retries=retries,
-                         wl__forward__ok=nack if status == "ok" else 0, wl__forward__failed=0)
+    def forward(
+        self,
+        instance: str,
+        serve: Ctx,
+        start_ms: float,
+        dur_ms: float,
+        targets: list[str],
+        nack: int,
+        status: str = "ok",
+        retries: int = 0,
+    ) -> Ctx:
+        return self.span(
+            instance,
+            serve.trace,
+            serve.span,
+            "forward",
+            start_ms,
+            dur_ms,
+            status,
+            wl__forward__targets=targets,
+            wl__forward__nack=nack,
+            wl__forward__timeout_us=5_000_000,
+            wl__forward__retries=retries,
+            wl__forward__ok=nack if status == "ok" else 0,
+            wl__forward__failed=0,
+        )
 
-    def send(self, instance: str, forward: Ctx, start_ms: float, dur_ms: float, target: str,
-             attempt: int = 0, status: str = "ok", reply_wait_us: int | None = None) -> Ctx:
+    def send(
+        self,
+        instance: str,
+        forward: Ctx,
+        start_ms: float,
+        dur_ms: float,
+        target: str,
+        attempt: int = 0,
+        status: str = "ok",
+        reply_wait_us: int | None = None,
+    ) -> Ctx:
         """`reply_wait_us`: wl.reply.wait_us, written (0 by default) when the reply settled it (ok)."""
         waited = {"wl__reply__wait_us": reply_wait_us or 0} if status == "ok" or reply_wait_us is not None else {}
-        return self.span(instance, forward.trace, forward.span, "forward.send", start_ms, dur_ms, status,
-                         wl__target=f"{target}:7891", wl__attempt=attempt, net__peer__name=target,
-                         net__peer__port=7891, **waited)
+        return self.span(
+            instance,
+            forward.trace,
+            forward.span,
+            "forward.send",
+            start_ms,
+            dur_ms,
+            status,
+            wl__target=f"{target}:7891",
+            wl__attempt=attempt,
+            net__peer__name=target,
+            net__peer__port=7891,
+            **waited,
+        )
 
     # ---- the rest of the run directory ----------------------------------------------
 
@@ -149,10 +263,21 @@ class RunFiles:
         return self.dir
 
 
-def chain(files: RunFiles, at_ms: float, rtt1_ms: float = 20.0, rtt2_ms: float = 10.0,
-          compute1_ms: float = 2.0, compute2_ms: float = 1.0, queue1_us: int = 0, local_ms: float = 0.1,
-          client: str = "client", front: str = "front", db: str = "db", reply1_us: int = 0,
-          reply2_us: int = 0) -> float:
+def chain(
+    files: RunFiles,
+    at_ms: float,
+    rtt1_ms: float = 20.0,
+    rtt2_ms: float = 10.0,
+    compute1_ms: float = 2.0,
+    compute2_ms: float = 1.0,
+    queue1_us: int = 0,
+    local_ms: float = 0.1,
+    client: str = "client",
+    front: str = "front",
+    db: str = "db",
+    reply1_us: int = 0,
+    reply2_us: int = 0,
+) -> float:
     """client -> front (compute, forward) -> db (compute): every span of one
     request; `rtt*_ms` is each hop's sender's span minus the receiver's serve,
     of which `reply*_us` the reply waited for the sender to read it

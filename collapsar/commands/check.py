@@ -28,8 +28,9 @@ def run(args: argparse.Namespace) -> int:
     from ..tcal.check import check_kernel
 
     if os.geteuid() != 0:
-        raise EnvironmentProblem("collapsar check needs root (it creates a scratch network namespace)",
-                                 "run it as root, e.g. with sudo")
+        raise EnvironmentProblem(
+            "collapsar check needs root (it creates a scratch network namespace)", "run it as root, e.g. with sudo"
+        )
     if args.file is not None:
         from ..manager.core import needs_netem
         from ..manager.experiment import timeline_paths

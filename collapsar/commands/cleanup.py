@@ -19,10 +19,13 @@ from pathlib import Path
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", metavar="RUNID", nargs="?",
-                        help="Run id (or the run directory of a run in the state directory) to clean up")
-    parser.add_argument("--all-stale", action="store_true",
-                        help="Clean up every run whose manager is gone")
+    parser.add_argument(
+        "run",
+        metavar="RUNID",
+        nargs="?",
+        help="Run id (or the run directory of a run in the state directory) to clean up",
+    )
+    parser.add_argument("--all-stale", action="store_true", help="Clean up every run whose manager is gone")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,8 +80,10 @@ def clean(state: Path, run_id: str, journal_path: Path) -> None:
         raise CollapsarError(f"cleanup {run_id}: refused, nothing removed: {error}") from None
     if alive:
         head = records[0]
-        raise CollapsarError(f"run {run_id} is still active (manager pid {head.get('pid')}); "
-                             f"stop it with kill -TERM {head.get('pid')} instead")
+        raise CollapsarError(
+            f"run {run_id} is still active (manager pid {head.get('pid')}); "
+            f"stop it with kill -TERM {head.get('pid')} instead"
+        )
     removed = teardown.execute(steps)
     for line in removed:
         print(f"{run_id}: {line}")

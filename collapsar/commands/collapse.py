@@ -20,11 +20,11 @@ _HEADER = ("SRC", "DST", "LATENCY", "JITTER", "LOSS", "BANDWIDTH", "LINKS")
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="Experiment file (YAML)")
-    parser.add_argument("--at", default="0s", metavar="TIME",
-                        help="Time into the run, like 0s, 1500ms or 2m")
+    parser.add_argument("--at", default="0s", metavar="TIME", help="Time into the run, like 0s, 1500ms or 2m")
     parser.add_argument("--json", action="store_true", help="Print a JSON list of paths")
-    parser.add_argument("--from", dest="source", metavar="INSTANCE",
-                        help="Only paths from this instance (default: all instances)")
+    parser.add_argument(
+        "--from", dest="source", metavar="INSTANCE", help="Only paths from this instance (default: all instances)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,27 +46,38 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_table(paths)
     missing = len(state.unreachable())
-    print(f"{len(paths)} paths at {args.at} between {len(state.instances)} instances"
-          + (f"; {missing} pairs unreachable" if missing else ""))
+    print(
+        f"{len(paths)} paths at {args.at} between {len(state.instances)} instances"
+        + (f"; {missing} pairs unreachable" if missing else "")
+    )
     return 0
 
 
 def _as_json(path) -> dict:
     return {
-        "src": path.src, "dst": path.dst,
-        "latency_ms": path.delay_us / 1000, "jitter_ms": path.jitter_us / 1000,
-        "loss": path.loss_ratio, "bandwidth_bps": path.rate_bps,
-        "links": list(path.link_ids), "distribution": path.distribution,
+        "src": path.src,
+        "dst": path.dst,
+        "latency_ms": path.delay_us / 1000,
+        "jitter_ms": path.jitter_us / 1000,
+        "loss": path.loss_ratio,
+        "bandwidth_bps": path.rate_bps,
+        "links": list(path.link_ids),
+        "distribution": path.distribution,
     }
 
 
 def _row(path) -> tuple[str, ...]:
     from ..units import format_rate_bps
 
-    return (path.src, path.dst, f"{path.delay_us / 1000:g}ms", f"{path.jitter_us / 1000:g}ms",
-            f"{path.loss_ratio * 100:.4g}%",
-            "unlimited" if path.rate_bps is None else format_rate_bps(path.rate_bps),
-            ",".join(str(link) for link in path.link_ids))
+    return (
+        path.src,
+        path.dst,
+        f"{path.delay_us / 1000:g}ms",
+        f"{path.jitter_us / 1000:g}ms",
+        f"{path.loss_ratio * 100:.4g}%",
+        "unlimited" if path.rate_bps is None else format_rate_bps(path.rate_bps),
+        ",".join(str(link) for link in path.link_ids),
+    )
 
 
 def _print_table(paths) -> None:

@@ -11,8 +11,7 @@ from ..kollaps_xml import parse_xml_file, to_yaml
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE.xml", help="Kollaps experiment (XML)")
-    parser.add_argument("-o", "--output", metavar="OUT",
-                        help="Write the YAML to OUT instead of standard output")
+    parser.add_argument("-o", "--output", metavar="OUT", help="Write the YAML to OUT instead of standard output")
 
 
 def run(args: argparse.Namespace) -> int:

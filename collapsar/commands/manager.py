@@ -24,29 +24,47 @@ import sys
 def register(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--docker", action="store_true", help="Shape this node's containers of the experiment")
-    mode.add_argument("--bootstrap", action="store_true",
-                      help="Start the privileged manager container on this node (Swarm)")
-    parser.add_argument("file", metavar="FILE", nargs="?", default=None,
-                        help="Experiment file (default: $COLLAPSAR_TOPOLOGY_B64)")
-    parser.add_argument("--experiment", default=os.environ.get("COLLAPSAR_EXPERIMENT"),
-                        help="Experiment id on the containers' org.collapsar.experiment label "
-                             "(default: $COLLAPSAR_EXPERIMENT, else computed from FILE)")
-    parser.add_argument("--duration", metavar="TIME", default=None,
-                        help="Stop after this long from t=0; default: when stopped")
-    parser.add_argument("--status-port", type=int, default=7077, metavar="PORT",
-                        help="Port of the status API on 127.0.0.1 (0: any free port; -1: none)")
-    parser.add_argument("--grace", default="5s", metavar="TIME",
-                        help="How long a leaving container gets between SIGTERM and SIGKILL")
-    parser.add_argument("--no-sharing", action="store_true",
-                        help="Shape each pair to its path's rate only: flows crossing the same link do "
-                             "not share it")
-    parser.add_argument("--wait-up", default="120s", metavar="TIME",
-                        help="How long to wait for the containers present at t=0 before starting the "
-                             "timeline with those found")
+    mode.add_argument(
+        "--bootstrap", action="store_true", help="Start the privileged manager container on this node (Swarm)"
+    )
+    parser.add_argument(
+        "file", metavar="FILE", nargs="?", default=None, help="Experiment file (default: $COLLAPSAR_TOPOLOGY_B64)"
+    )
+    parser.add_argument(
+        "--experiment",
+        default=os.environ.get("COLLAPSAR_EXPERIMENT"),
+        help="Experiment id on the containers' org.collapsar.experiment label "
+        "(default: $COLLAPSAR_EXPERIMENT, else computed from FILE)",
+    )
+    parser.add_argument(
+        "--duration", metavar="TIME", default=None, help="Stop after this long from t=0; default: when stopped"
+    )
+    parser.add_argument(
+        "--status-port",
+        type=int,
+        default=7077,
+        metavar="PORT",
+        help="Port of the status API on 127.0.0.1 (0: any free port; -1: none)",
+    )
+    parser.add_argument(
+        "--grace", default="5s", metavar="TIME", help="How long a leaving container gets between SIGTERM and SIGKILL"
+    )
+    parser.add_argument(
+        "--no-sharing",
+        action="store_true",
+        help="Shape each pair to its path's rate only: flows crossing the same link do not share it",
+    )
+    parser.add_argument(
+        "--wait-up",
+        default="120s",
+        metavar="TIME",
+        help="How long to wait for the containers present at t=0 before starting the timeline with those found",
+    )
 
 
 def _topology(args: argparse.Namespace) -> tuple[str, str]:
     from ..errors import CollapsarError
+
     if args.file:
         try:
             with open(args.file) as handle:
@@ -55,8 +73,9 @@ def _topology(args: argparse.Namespace) -> tuple[str, str]:
             raise CollapsarError(f"{args.file}: cannot read ({error.strerror})") from None
     encoded = os.environ.get("COLLAPSAR_TOPOLOGY_B64")
     if not encoded:
-        raise CollapsarError("no experiment: give FILE or set COLLAPSAR_TOPOLOGY_B64 "
-                             "(the files `collapsar generate` writes set it)")
+        raise CollapsarError(
+            "no experiment: give FILE or set COLLAPSAR_TOPOLOGY_B64 (the files `collapsar generate` writes set it)"
+        )
     return base64.b64decode(encoded).decode(), "<COLLAPSAR_TOPOLOGY_B64>"
 
 
@@ -80,29 +99,40 @@ def run(args: argparse.Namespace) -> int:
     client = connect()
     if args.bootstrap:
         from ..manager.container.bootstrap import bootstrap
+
         image = os.environ.get("COLLAPSAR_MANAGER_IMAGE", IMAGE_MANAGER)
         return bootstrap(client, exp_id, base64.b64encode(text.encode()).decode(), image, say)
     if os.geteuid() != 0:
         from ..errors import EnvironmentProblem
-        raise EnvironmentProblem("collapsar manager --docker needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN)",
-                                 "run it in the privileged manager container the generated files describe")
+
+        raise EnvironmentProblem(
+            "collapsar manager --docker needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN)",
+            "run it in the privileged manager container the generated files describe",
+        )
     from ..manager.container.engine import DockerView
     from ..manager.container.run import ContainerOptions, ContainerRun
     from ..manager.core import real_tcal
     from ..timeline import build_timeline
 
     options = ContainerOptions(
-        experiment_id=exp_id, duration_us=None if args.duration is None else duration("--duration", args.duration),
+        experiment_id=exp_id,
+        duration_us=None if args.duration is None else duration("--duration", args.duration),
         status_port=None if args.status_port < 0 else args.status_port,
-        grace_s=duration("--grace", args.grace) / 1e6, wait_up_s=duration("--wait-up", args.wait_up) / 1e6,
-        bootstrapper=os.environ.get("COLLAPSAR_BOOTSTRAPPER") or None, sharing=not args.no_sharing)
-    run_ = ContainerRun(experiment, build_timeline(experiment), options, DockerView(client, exp_id),
-                        real_tcal(), out=sys.stdout)
+        grace_s=duration("--grace", args.grace) / 1e6,
+        wait_up_s=duration("--wait-up", args.wait_up) / 1e6,
+        bootstrapper=os.environ.get("COLLAPSAR_BOOTSTRAPPER") or None,
+        sharing=not args.no_sharing,
+    )
+    run_ = ContainerRun(
+        experiment, build_timeline(experiment), options, DockerView(client, exp_id), real_tcal(), out=sys.stdout
+    )
     if options.bootstrapper:  # Swarm: other nodes' instances through the overlay's DNS
         from ..manager.container.dnsaddr import DnsAddresses
+
         bootstrapper = client.api.inspect_container(options.bootstrapper)
         stack = bootstrapper["Config"]["Labels"].get("com.docker.stack.namespace")
         if stack:
-            run_.remote_addresses = DnsAddresses(bootstrapper["State"]["Pid"], stack,
-                                                 [service.name for service in experiment.services])
+            run_.remote_addresses = DnsAddresses(
+                bootstrapper["State"]["Pid"], stack, [service.name for service in experiment.services]
+            )
     return run_.run()

@@ -59,36 +59,63 @@ VM_BOOT_ALLOWANCE_S = 600  # qemu without KVM boots in about a minute; leave roo
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="Experiment file (YAML)")
-    parser.add_argument("--duration", metavar="TIME", default=None,
-                        help="Stop after this long from t=0 (e.g. 30s); default: when every "
-                             "command has exited, or on Ctrl-C")
+    parser.add_argument(
+        "--duration",
+        metavar="TIME",
+        default=None,
+        help="Stop after this long from t=0 (e.g. 30s); default: when every command has exited, or on Ctrl-C",
+    )
     parser.add_argument("--subnet", default="10.77.0.0/16", help="IPv4 subnet for instance addresses")
-    parser.add_argument("--run-dir", metavar="DIR", default=None,
-                        help="Put the run directory under DIR instead of /run/collapsar")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="Print the per-instance tc plan and change nothing")
-    parser.add_argument("--vm", action="store_true",
-                        help="Run inside a throwaway VM with Debian's stock kernel (has sch_netem; "
-                             "about a minute to boot without KVM)")
-    parser.add_argument("--status-port", type=int, default=0, metavar="PORT",
-                        help="Port of the status API on 127.0.0.1 (0: any free port; -1: none)")
-    parser.add_argument("--grace", default="5s", metavar="TIME",
-                        help="How long a leaving instance gets between SIGTERM and SIGKILL")
-    parser.add_argument("--probe", type=int, default=0, metavar="N",
-                        help="Before t=0, ping every pair N times and print the measured RTT, "
-                             "jitter and loss next to the configured ones (probe.json)")
-    parser.add_argument("--no-sharing", action="store_true",
-                        help="Shape each pair to its collapsed path only: flows crossing the same "
-                             "link do not share its capacity (no bandwidth-sharing loop, no Aeron)")
-    parser.add_argument("--wait-start", action="store_true",
-                        help="Set up the network and t=0 shaping, then wait for POST /control/start "
-                             "(or the dashboard's start button) before commands and timeline run")
-    parser.add_argument("--dashboard", action="store_true",
-                        help="Also serve the web dashboard from the status API (/dashboard/)")
-    parser.add_argument("--keep-awake", choices=("auto", "on", "off"), default="auto",
-                        help="Run an idle-priority busy process on each CPU during the run, so no CPU "
-                             "halts: a virtual machine's halted CPU can wake milliseconds late, and "
-                             "timeline steps and shaping wait on timers (auto: on a virtual machine)")
+    parser.add_argument(
+        "--run-dir", metavar="DIR", default=None, help="Put the run directory under DIR instead of /run/collapsar"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="Print the per-instance tc plan and change nothing")
+    parser.add_argument(
+        "--vm",
+        action="store_true",
+        help="Run inside a throwaway VM with Debian's stock kernel (has sch_netem; about a minute to boot without KVM)",
+    )
+    parser.add_argument(
+        "--status-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="Port of the status API on 127.0.0.1 (0: any free port; -1: none)",
+    )
+    parser.add_argument(
+        "--grace", default="5s", metavar="TIME", help="How long a leaving instance gets between SIGTERM and SIGKILL"
+    )
+    parser.add_argument(
+        "--probe",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Before t=0, ping every pair N times and print the measured RTT, "
+        "jitter and loss next to the configured ones (probe.json)",
+    )
+    parser.add_argument(
+        "--no-sharing",
+        action="store_true",
+        help="Shape each pair to its collapsed path only: flows crossing the same "
+        "link do not share its capacity (no bandwidth-sharing loop, no Aeron)",
+    )
+    parser.add_argument(
+        "--wait-start",
+        action="store_true",
+        help="Set up the network and t=0 shaping, then wait for POST /control/start "
+        "(or the dashboard's start button) before commands and timeline run",
+    )
+    parser.add_argument(
+        "--dashboard", action="store_true", help="Also serve the web dashboard from the status API (/dashboard/)"
+    )
+    parser.add_argument(
+        "--keep-awake",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="Run an idle-priority busy process on each CPU during the run, so no CPU "
+        "halts: a virtual machine's halted CPU can wake milliseconds late, and "
+        "timeline steps and shaping wait on timers (auto: on a virtual machine)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,21 +145,31 @@ def run(args: argparse.Namespace) -> int:
         return _run_in_vm(args)
     if args.dry_run:
         from ..manager.dryrun import describe_run
+
         for line in describe_run(experiment, timeline, args.subnet):
             print(line)
         return 0
     if os.geteuid() != 0:
         from ..errors import EnvironmentProblem
-        raise EnvironmentProblem("collapsar run needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN for "
-                                 "namespaces and traffic control)", "run it as root, e.g. with sudo")
+
+        raise EnvironmentProblem(
+            "collapsar run needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN for namespaces and traffic control)",
+            "run it as root, e.g. with sudo",
+        )
     from ..manager.local import LocalRun, RunOptions
 
-    options = RunOptions(duration_us=duration_us, subnet=args.subnet,
-                         run_base=Path(args.run_dir).resolve() if args.run_dir else None,
-                         status_port=None if args.status_port < 0 else args.status_port,
-                         grace_s=grace_us / 1e6, probe_count=args.probe, sharing=not args.no_sharing,
-                         wait_start=args.wait_start, dashboard=_dashboard_assets(args),
-                         keep_awake=args.keep_awake)
+    options = RunOptions(
+        duration_us=duration_us,
+        subnet=args.subnet,
+        run_base=Path(args.run_dir).resolve() if args.run_dir else None,
+        status_port=None if args.status_port < 0 else args.status_port,
+        grace_s=grace_us / 1e6,
+        probe_count=args.probe,
+        sharing=not args.no_sharing,
+        wait_start=args.wait_start,
+        dashboard=_dashboard_assets(args),
+        keep_awake=args.keep_awake,
+    )
     return LocalRun(experiment, timeline, options).run()
 
 
@@ -141,12 +178,13 @@ def _dashboard_assets(args: argparse.Namespace) -> Path | None:
     before anything is created."""
     if args.status_port < 0 and (args.dashboard or args.wait_start):
         from ..errors import CollapsarError
+
         flag = "--dashboard" if args.dashboard else "--wait-start"
-        raise CollapsarError(f"{flag} needs the status API (POST /control/start, the page); "
-                             "drop --status-port -1")
+        raise CollapsarError(f"{flag} needs the status API (POST /control/start, the page); drop --status-port -1")
     if not args.dashboard:
         return None
     from ..dashboard import assets_dir
+
     return assets_dir()
 
 
@@ -158,21 +196,37 @@ def _run_in_vm(args: argparse.Namespace) -> int:
 
     base = Path(args.run_dir).resolve() if args.run_dir else Path(tempfile.mkdtemp(prefix="collapsar-vm-"))
     base.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "collapsar.cli", "run", str(Path(args.file).resolve()),
-            "--subnet", args.subnet, "--run-dir", str(base), "--status-port", str(args.status_port),
-            "--grace", args.grace, "--probe", str(args.probe), "--keep-awake", args.keep_awake]
+    argv = [
+        sys.executable,
+        "-m",
+        "collapsar.cli",
+        "run",
+        str(Path(args.file).resolve()),
+        "--subnet",
+        args.subnet,
+        "--run-dir",
+        str(base),
+        "--status-port",
+        str(args.status_port),
+        "--grace",
+        args.grace,
+        "--probe",
+        str(args.probe),
+        "--keep-awake",
+        args.keep_awake,
+    ]
     if args.duration:
         argv += ["--duration", args.duration]
     if args.dry_run:
         argv.append("--dry-run")
     if args.no_sharing:
         argv.append("--no-sharing")
-    argv += [flag for flag, on in (("--wait-start", args.wait_start),
-                                   ("--dashboard", args.dashboard)) if on]
+    argv += [flag for flag, on in (("--wait-start", args.wait_start), ("--dashboard", args.dashboard)) if on]
     timeout_s = VM_BOOT_ALLOWANCE_S + (parse_duration_us(args.duration) / 1e6 if args.duration else 3600)
     # The guest does not inherit our environment: pass on what selects code and state.
-    env = {name: value for name, value in os.environ.items()
-           if name == "PYTHONPATH" or name.startswith("COLLAPSAR_")}
-    print(f"running in a VM (stock kernel, software emulation: about a minute to boot); "
-          f"run directory under {base}", flush=True)
+    env = {name: value for name, value in os.environ.items() if name == "PYTHONPATH" or name.startswith("COLLAPSAR_")}
+    print(
+        f"running in a VM (stock kernel, software emulation: about a minute to boot); run directory under {base}",
+        flush=True,
+    )
     return run_in_vm(argv, [base], timeout_s, env, log=lambda line: print(line, flush=True))

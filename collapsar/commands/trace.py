@@ -23,8 +23,9 @@ import time
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUNDIR", help="Run directory of a run whose workload traced")
-    parser.add_argument("--json", action="store_true",
-                        help="Print one JSON object (clients, breakdown) instead of tables")
+    parser.add_argument(
+        "--json", action="store_true", help="Print one JSON object (clients, breakdown) instead of tables"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,14 +37,15 @@ def run(args: argparse.Namespace) -> int:
     inputs = read_run(args.run_dir, _progress() if sys.stderr.isatty() else None)
     paths = critical_paths(inputs.spans)
     if len(paths.requests) == 0:
-        raise RunDirError(f"{args.run_dir}: {len(inputs.spans)} spans but no client 'request' span; "
-                          f"expected the spans of a run with wl-client instances")
+        raise RunDirError(
+            f"{args.run_dir}: {len(inputs.spans)} spans but no client 'request' span; "
+            f"expected the spans of a run with wl-client instances"
+        )
     exp, notes = expectation(inputs)
     notes = inputs.notes + notes
     if paths.duplicate_ids:
         notes.append(f"{paths.duplicate_ids} spans share a (trace, span id) with another: links may be wrong")
-    summary = {"run_dir": str(inputs.run_dir), **summarize(paths, inputs.spans, exp, inputs.t0_ns),
-               "notes": notes}
+    summary = {"run_dir": str(inputs.run_dir), **summarize(paths, inputs.spans, exp, inputs.t0_ns), "notes": notes}
     if sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
     if args.json:
@@ -67,4 +69,5 @@ def _progress():
             last[0] = now
             sys.stderr.write(f"\rreading spans: {done / 1e6:.0f} of {total / 1e6:.0f} MB")
             sys.stderr.flush()
+
     return show

@@ -37,9 +37,11 @@ from ..parser import parse_file
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="Experiment file (YAML)")
     parser.add_argument("--json", action="store_true", help="Print the verdict as one JSON object")
-    parser.add_argument("--commands", action="store_true",
-                        help="Also print each service's command as its instances will run it "
-                        "(`workload:` compiled to its argv)")
+    parser.add_argument(
+        "--commands",
+        action="store_true",
+        help="Also print each service's command as its instances will run it (`workload:` compiled to its argv)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from ..collapse import unreachable_pairs
 
     for src, dst in unreachable_pairs(experiment):
-        print(f"{experiment.source}: warning: no path from {src} to {dst} at t=0",
-              file=sys.stderr)
+        print(f"{experiment.source}: warning: no path from {src} to {dst} at t=0", file=sys.stderr)
     programs = _program_warnings(experiment)
     for problem in programs:
         print(f"{problem.where or experiment.source}: warning: {problem.message}", file=sys.stderr)
@@ -97,15 +98,16 @@ def _count(number: int, word: str) -> str:
 
 def summary(experiment: Experiment) -> str:
     instances = sum(service.replicas for service in experiment.services)
-    return (f"{experiment.source}: ok: {_count(len(experiment.services), 'service')} "
-            f"({_count(instances, 'instance')}), {_count(len(experiment.bridges), 'bridge')}, "
-            f"{_count(len(experiment.links), 'link')}, {_count(len(experiment.events), 'event')}")
+    return (
+        f"{experiment.source}: ok: {_count(len(experiment.services), 'service')} "
+        f"({_count(instances, 'instance')}), {_count(len(experiment.bridges), 'bridge')}, "
+        f"{_count(len(experiment.links), 'link')}, {_count(len(experiment.events), 'event')}"
+    )
 
 
 def _problem_json(problem) -> dict:
     where = problem.where
-    return {"file": where.file if where else None, "line": where.line if where else None,
-            "message": problem.message}
+    return {"file": where.file if where else None, "line": where.line if where else None, "message": problem.message}
 
 
 def _run_json(path: str, commands: bool) -> int:
@@ -115,21 +117,33 @@ def _run_json(path: str, commands: bool) -> int:
         experiment = parse_file(path)
         chains = _check_chains(experiment)
     except TopologyError as error:
-        print(json.dumps({"file": path, "ok": False, "problems": [_problem_json(p) for p in error.problems],
-                          "warnings": []}, indent=1))
+        print(
+            json.dumps(
+                {"file": path, "ok": False, "problems": [_problem_json(p) for p in error.problems], "warnings": []},
+                indent=1,
+            )
+        )
         return error.exit_code
-    warnings: list[dict[str, object]] = [{"src": src, "dst": dst, "message": f"no path from {src} to {dst} at t=0"}
-                for src, dst in unreachable_pairs(experiment)]
+    warnings: list[dict[str, object]] = [
+        {"src": src, "dst": dst, "message": f"no path from {src} to {dst} at t=0"}
+        for src, dst in unreachable_pairs(experiment)
+    ]
     programs = _program_warnings(experiment)
     warnings += [_problem_json(problem) for problem in programs]
-    warnings += [{"file": experiment.source, "line": None, "message": warning}
-                 for warning in _chain_warnings(chains, programs)]
+    warnings += [
+        {"file": experiment.source, "line": None, "message": warning} for warning in _chain_warnings(chains, programs)
+    ]
     verdict = {
-        "file": experiment.source, "ok": True, "problems": [], "warnings": warnings,
+        "file": experiment.source,
+        "ok": True,
+        "problems": [],
+        "warnings": warnings,
         "services": len(experiment.services),
         "instances": sum(service.replicas for service in experiment.services),
-        "bridges": len(experiment.bridges), "links": len(experiment.links),
-        "events": len(experiment.events)}
+        "bridges": len(experiment.bridges),
+        "links": len(experiment.links),
+        "events": len(experiment.events),
+    }
     if commands:
         verdict["commands"] = {s.name: list(s.command) for s in experiment.services if s.command}
     print(json.dumps(verdict, indent=1))

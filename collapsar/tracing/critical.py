@@ -61,9 +61,9 @@ MAX_DEPTH = 64  # passes; a path is at most 2 + 3 x 8 nested forwards deep
 class Requests:
     """One row per client request (root "request" span)."""
 
-    client: np.ndarray    # int32 instance code
-    status: np.ndarray    # int8 (load.STATUSES)
-    start: np.ndarray     # int64 ns (the client's clock)
+    client: np.ndarray  # int32 instance code
+    status: np.ndarray  # int8 (load.STATUSES)
+    start: np.ndarray  # int64 ns (the client's clock)
     duration: np.ndarray  # int64 ns
     complete: np.ndarray  # bool: every span of its critical path was found
 
@@ -75,13 +75,13 @@ class Requests:
 class Parts:
     """One row per part of a request's critical path."""
 
-    request: np.ndarray     # int32 row in Requests
-    kind: np.ndarray        # int8 (KINDS)
-    cause: np.ndarray       # int8 (CAUSES), for wait parts
-    where: np.ndarray       # int32 instance; for network the sender
-    to: np.ndarray          # int32 network: the served instance, else -1
-    ns: np.ndarray          # int64 self time
-    pos: np.ndarray         # int64 ns from the request's start (for ordering; clock-free estimate)
+    request: np.ndarray  # int32 row in Requests
+    kind: np.ndarray  # int8 (KINDS)
+    cause: np.ndarray  # int8 (CAUSES), for wait parts
+    where: np.ndarray  # int32 instance; for network the sender
+    to: np.ndarray  # int32 network: the served instance, else -1
+    ns: np.ndarray  # int64 self time
+    pos: np.ndarray  # int64 ns from the request's start (for ordering; clock-free estimate)
     configured: np.ndarray  # int32 compute: wl.compute.us as asked, else -1
 
 
@@ -92,8 +92,7 @@ class CriticalPaths:
     duplicate_ids: int  # spans whose (trace, span id) another span has too
 
 
-def _first_per_group(rows: np.ndarray, group: np.ndarray, order_by: np.ndarray, last: bool = False
-                     ) -> np.ndarray:
+def _first_per_group(rows: np.ndarray, group: np.ndarray, order_by: np.ndarray, last: bool = False) -> np.ndarray:
     """Of `rows`, the one with the least (greatest) `order_by` per `group` value."""
     if rows.size == 0:
         return rows
@@ -162,9 +161,11 @@ def critical_paths(t: SpanTable) -> CriticalPaths:
 
     rows = np.arange(n, dtype=np.int32)
     is_op = np.isin(t.name, (COMPUTE, LOAD, STORE, FORWARD)) & (parent_name == SERVE)
-    eligible = np.flatnonzero(((t.name == SERVE) & (serve_of[safe_parent] == rows) & has_parent)
-                              | ((t.name == SEND) & (crit[safe_parent] == rows) & has_parent) | is_op
-                              ).astype(np.int32)
+    eligible = np.flatnonzero(
+        ((t.name == SERVE) & (serve_of[safe_parent] == rows) & has_parent)
+        | ((t.name == SEND) & (crit[safe_parent] == rows) & has_parent)
+        | is_op
+    ).astype(np.int32)
     del rows, safe_parent, is_op, parent_name
     roots = np.flatnonzero((t.name == REQUEST) & ~has_parent)
     on = np.zeros(n, bool)
@@ -201,12 +202,20 @@ def critical_paths(t: SpanTable) -> CriticalPaths:
     return CriticalPaths(requests, _parts(t, path, root, pos, self_ns, serve_of, duration), duplicates)
 
 
-def _parts(t: SpanTable, path: np.ndarray, root: np.ndarray, pos: np.ndarray, self_ns: np.ndarray,
-           serve_of: np.ndarray, duration: np.ndarray) -> Parts:
+def _parts(
+    t: SpanTable,
+    path: np.ndarray,
+    root: np.ndarray,
+    pos: np.ndarray,
+    self_ns: np.ndarray,
+    serve_of: np.ndarray,
+    duration: np.ndarray,
+) -> Parts:
     name = t.name[path]
     hop = np.isin(name, (REQUEST, SEND))
-    kind = np.select([hop, name == COMPUTE, np.isin(name, (LOAD, STORE))],
-                     [NETWORK, COMPUTE_PART, STORAGE], WAIT).astype(np.int8)
+    kind = np.select(
+        [hop, name == COMPUTE, np.isin(name, (LOAD, STORE))], [NETWORK, COMPUTE_PART, STORAGE], WAIT
+    ).astype(np.int8)
     cause = np.select([name == SERVE, name == FORWARD], [LOCAL, FORWARD_WAIT], NO_CAUSE).astype(np.int8)
     served = serve_of[path]
     to = np.where((kind == NETWORK) & (served >= 0), t.inst[np.maximum(served, 0)], -1).astype(np.int32)
@@ -230,4 +239,5 @@ def _parts(t: SpanTable, path: np.ndarray, root: np.ndarray, pos: np.ndarray, se
         to=np.concatenate([to, np.full(extra.size, -1, np.int32)]),
         ns=np.concatenate([ns, moved]),
         pos=np.concatenate([pos[path], np.where(queue, pos[rows], pos[rows] + duration[rows] - moved)]),
-        configured=np.concatenate([configured, np.full(extra.size, -1, np.int32)]))
+        configured=np.concatenate([configured, np.full(extra.size, -1, np.int32)]),
+    )

@@ -102,8 +102,11 @@ def expectation(inputs: RunInputs) -> tuple[Expectation | None, list[str]]:
     experiment = parse_file(inputs.experiment)
     seen = set(inputs.spans.instances)
     known = {name for name in RunGraph(experiment).instances if name in seen}
-    notes = [f"instances not in the experiment (no configured RTT): {', '.join(sorted(seen - known))}"
-             ] if seen - known else []
+    notes = (
+        [f"instances not in the experiment (no configured RTT): {', '.join(sorted(seen - known))}"]
+        if seen - known
+        else []
+    )
     if not known:
         return None, notes
     timeline = build_timeline(experiment, sorted(known))
@@ -111,6 +114,8 @@ def expectation(inputs: RunInputs) -> tuple[Expectation | None, list[str]]:
     if inputs.events is None and len(timeline.steps) > 1:
         notes.append("no events.json: steps are taken to apply at their scheduled times")
     if adhoc_s is not None:
-        notes.append(f"an ad-hoc link change at {adhoc_s:g}s is not in experiment.yaml: configured RTTs "
-                     f"from then on are not shown")
+        notes.append(
+            f"an ad-hoc link change at {adhoc_s:g}s is not in experiment.yaml: configured RTTs "
+            f"from then on are not shown"
+        )
     return Expectation(timeline, starts, steps, known), notes

@@ -41,8 +41,13 @@ OK, ERROR, TIMEOUT, ABANDONED, UNKNOWN = range(len(STATUSES))
 # The one number and the one text kept per span, by name: enough for the
 # critical path (quorum size), the waits (a serve's queueing, a hop's reply
 # waiting for its sender to read it) and the expectation (configured compute).
-_NUMBER_KEY = {REQUEST: "wl.reply.wait_us", SERVE: "wl.queue_us", COMPUTE: "wl.compute.us",
-               FORWARD: "wl.forward.nack", SEND: "wl.reply.wait_us"}
+_NUMBER_KEY = {
+    REQUEST: "wl.reply.wait_us",
+    SERVE: "wl.queue_us",
+    COMPUTE: "wl.compute.us",
+    FORWARD: "wl.forward.nack",
+    SEND: "wl.reply.wait_us",
+}
 _TEXT_KEY = {REQUEST: "wl.target", SEND: "net.peer.name"}
 _NAME_CODE = {name: code for code, name in enumerate(NAMES)}
 _STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
@@ -62,16 +67,16 @@ class RunDirError(CollapsarError):
 class SpanTable:
     """One row per span (numpy columns); `instances` and `texts` decode codes."""
 
-    key: np.ndarray      # int64 hash((trace id, span id))
-    parent: np.ndarray   # int64 hash((trace id, parent span id)); meaningless where not rooted
-    rooted: np.ndarray   # bool: has a parent span id
-    name: np.ndarray     # int8 code in NAMES
-    inst: np.ndarray     # int32 code in `instances` (the span's resource)
-    start: np.ndarray    # int64 ns, CLOCK_REALTIME of the process that wrote it
-    end: np.ndarray      # int64 ns
-    status: np.ndarray   # int8 code in STATUSES
-    number: np.ndarray   # int64 the name's number attribute (_NUMBER_KEY), -1 if absent
-    text: np.ndarray     # int32 code in `texts` of the name's text attribute, 0 ("") if absent
+    key: np.ndarray  # int64 hash((trace id, span id))
+    parent: np.ndarray  # int64 hash((trace id, parent span id)); meaningless where not rooted
+    rooted: np.ndarray  # bool: has a parent span id
+    name: np.ndarray  # int8 code in NAMES
+    inst: np.ndarray  # int32 code in `instances` (the span's resource)
+    start: np.ndarray  # int64 ns, CLOCK_REALTIME of the process that wrote it
+    end: np.ndarray  # int64 ns
+    status: np.ndarray  # int8 code in STATUSES
+    number: np.ndarray  # int64 the name's number attribute (_NUMBER_KEY), -1 if absent
+    text: np.ndarray  # int32 code in `texts` of the name's text attribute, 0 ("") if absent
     instances: list[str]
     services: list[str]  # service.name per instance code
     texts: list[str]
@@ -84,9 +89,18 @@ class _Columns:
     """Growing columns while files are read."""
 
     def __init__(self) -> None:
-        self.cols = {"key": array("q"), "parent": array("q"), "rooted": array("b"), "name": array("b"),
-                     "inst": array("i"), "start": array("q"), "end": array("q"), "status": array("b"),
-                     "number": array("q"), "text": array("i")}
+        self.cols = {
+            "key": array("q"),
+            "parent": array("q"),
+            "rooted": array("b"),
+            "name": array("b"),
+            "inst": array("i"),
+            "start": array("q"),
+            "end": array("q"),
+            "status": array("b"),
+            "number": array("q"),
+            "text": array("i"),
+        }
         self.instances: dict[str, int] = {}
         self.services: list[str] = []
         self.texts: dict[str, int] = {"": 0}
@@ -141,10 +155,11 @@ class _Columns:
     def table(self) -> SpanTable:
         c = self.cols
         dtype = {"rooted": np.bool_, "name": np.int8, "status": np.int8, "inst": np.int32, "text": np.int32}
-        arrays = {k: np.frombuffer(v, dtype=dtype.get(k, np.int64)) if len(v) else
-                  np.zeros(0, dtype.get(k, np.int64)) for k, v in c.items()}
-        return SpanTable(**arrays, instances=list(self.instances), services=self.services,
-                         texts=list(self.texts))
+        arrays = {
+            k: np.frombuffer(v, dtype=dtype.get(k, np.int64)) if len(v) else np.zeros(0, dtype.get(k, np.int64))
+            for k, v in c.items()
+        }
+        return SpanTable(**arrays, instances=list(self.instances), services=self.services, texts=list(self.texts))
 
 
 def _resource(resource: dict[str, Any] | None, file_instance: str) -> tuple[str, str]:
@@ -170,20 +185,21 @@ def span_files(run_dir: Path) -> list[Path]:
     if not files:
         files = sorted(path for path in run_dir.glob("*" + SPANS_SUFFIX) if path.is_file())
     if not files:
-        raise RunDirError(f"{run_dir}: no spans ({SPANS_DIR}/*{SPANS_SUFFIX} or *{SPANS_SUFFIX}); expected the "
-                          f"run directory of a run whose wl-node and wl-client instances traced, or their "
-                          f"trace directory")
+        raise RunDirError(
+            f"{run_dir}: no spans ({SPANS_DIR}/*{SPANS_SUFFIX} or *{SPANS_SUFFIX}); expected the "
+            f"run directory of a run whose wl-node and wl-client instances traced, or their "
+            f"trace directory"
+        )
     return files
 
 
-def read_spans(files: list[Path], progress: Callable[[int, int], None] | None = None
-               ) -> tuple[SpanTable, list[str]]:
+def read_spans(files: list[Path], progress: Callable[[int, int], None] | None = None) -> tuple[SpanTable, list[str]]:
     """Every span of `files`, and notes on what was skipped."""
     columns = _Columns()
     total = sum(path.stat().st_size for path in files)
     done = torn = 0
     for path in files:
-        file_instance = path.name[:-len(SPANS_SUFFIX)]
+        file_instance = path.name[: -len(SPANS_SUFFIX)]
         with path.open("rb") as handle:
             for number, line in enumerate(handle, start=1):
                 if number % PROGRESS_EVERY == 0 and progress is not None:
@@ -196,14 +212,18 @@ def read_spans(files: list[Path], progress: Callable[[int, int], None] | None = 
                     if not line.endswith(b"\n"):  # cut short by a killed writer: only the last line can be
                         torn += 1
                         continue
-                    raise RunDirError(f"{path}:{number}: not JSON ({error}); expected one OTLP/JSON "
-                                      f"ExportTraceServiceRequest per line") from None
+                    raise RunDirError(
+                        f"{path}:{number}: not JSON ({error}); expected one OTLP/JSON "
+                        f"ExportTraceServiceRequest per line"
+                    ) from None
                 try:
                     columns.add_line(request, file_instance)
                 except (KeyError, TypeError, ValueError, AttributeError) as error:
                     what = f"missing {error}" if isinstance(error, KeyError) else str(error)
-                    raise RunDirError(f"{path}:{number}: {what}; expected an OTLP/JSON "
-                                      f"ExportTraceServiceRequest of the workload tools' spans") from None
+                    raise RunDirError(
+                        f"{path}:{number}: {what}; expected an OTLP/JSON "
+                        f"ExportTraceServiceRequest of the workload tools' spans"
+                    ) from None
         done += path.stat().st_size
     notes = []
     if torn:
@@ -252,5 +272,6 @@ def read_run(run_dir: str | os.PathLike, progress: Callable[[int, int], None] | 
     path = Path(run_dir)
     spans, notes = read_spans(span_files(path), progress)
     experiment = path / "experiment.yaml"
-    return RunInputs(path, spans, read_t0_ns(path), read_events(path),
-                     experiment if experiment.is_file() else None, notes)
+    return RunInputs(
+        path, spans, read_t0_ns(path), read_events(path), experiment if experiment.is_file() else None, notes
+    )

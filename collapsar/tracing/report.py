@@ -90,8 +90,11 @@ def _medians(group_of: np.ndarray, values: np.ndarray, groups: int) -> np.ndarra
     counts = np.bincount(group_of, minlength=groups)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     pick = starts + np.maximum((counts + 1) // 2, 1) - 1
-    return np.where(counts > 0, values[order][np.minimum(pick, max(values.size - 1, 0))], 0) \
-        if values.size else np.zeros(groups, values.dtype)
+    return (
+        np.where(counts > 0, values[order][np.minimum(pick, max(values.size - 1, 0))], 0)
+        if values.size
+        else np.zeros(groups, values.dtype)
+    )
 
 
 def summarize(paths: CriticalPaths, spans: SpanTable, exp: Expectation | None, t0_ns: int | None) -> dict:
@@ -104,8 +107,9 @@ def summarize(paths: CriticalPaths, spans: SpanTable, exp: Expectation | None, t
     hop_rows = np.flatnonzero((parts.kind == NETWORK) & (parts.to >= 0) & usable[parts.request])
     hops_of: dict[int, list[tuple[int, int]]] = {}
     if hop_rows.size:
-        triples = np.unique(np.stack([req.client[parts.request[hop_rows]], parts.where[hop_rows],
-                                      parts.to[hop_rows]], axis=1), axis=0)
+        triples = np.unique(
+            np.stack([req.client[parts.request[hop_rows]], parts.where[hop_rows], parts.to[hop_rows]], axis=1), axis=0
+        )
         for client, a, b in triples.tolist():
             hops_of.setdefault(client, []).append((a, b))
     by_client = np.argsort(req.client, kind="stable")
@@ -114,24 +118,34 @@ def summarize(paths: CriticalPaths, spans: SpanTable, exp: Expectation | None, t
     segments: list[dict] = []  # client, first interval, bounds, usable requests
     clients = []
     for client in sorted(set(req.client.tolist()), key=lambda code: names[code]):
-        rows = by_client[edges[client]:edges[client + 1]]
-        entry = {"instance": names[client], "service": spans.services[client],
-                 **_latency(req.duration[rows], req.status[rows]),
-                 "incomplete": int(np.count_nonzero(~req.complete[rows])), "segments": []}
+        rows = by_client[edges[client] : edges[client + 1]]
+        entry = {
+            "instance": names[client],
+            "service": spans.services[client],
+            **_latency(req.duration[rows], req.status[rows]),
+            "incomplete": int(np.count_nonzero(~req.complete[rows])),
+            "segments": [],
+        }
         for first, last in _segments(exp, names, hops_of.get(client, [])):
             in_it = rows[(interval[rows] >= first) & (interval[rows] <= last)]
             if in_it.size == 0:
                 continue
             segment[in_it] = len(segments)
             bounds = _bounds(exp, first, last)
-            segments.append({"client": client, "first": first, **bounds,
-                             "usable": int(np.count_nonzero(usable[in_it]))})
+            segments.append(
+                {"client": client, "first": first, **bounds, "usable": int(np.count_nonzero(usable[in_it]))}
+            )
             entry["segments"].append({**bounds, **_latency(req.duration[in_it], req.status[in_it])})
         clients.append(entry)
     breakdown = _breakdown(paths, segment, usable, segments, names, exp)
-    return {"spans": len(spans), "requests": len(req),
-            "incomplete": int(np.count_nonzero(~req.complete)),
-            "percentiles": "nearest rank, over ok requests", "clients": clients, "breakdown": breakdown}
+    return {
+        "spans": len(spans),
+        "requests": len(req),
+        "incomplete": int(np.count_nonzero(~req.complete)),
+        "percentiles": "nearest rank, over ok requests",
+        "clients": clients,
+        "breakdown": breakdown,
+    }
 
 
 def _bounds(exp: Expectation | None, first: int, last: int) -> dict:
@@ -141,8 +155,14 @@ def _bounds(exp: Expectation | None, first: int, last: int) -> dict:
     return {"from_s": exp.starts_us[first] / 1e6, "until_s": until}
 
 
-def _breakdown(paths: CriticalPaths, segment: np.ndarray, usable: np.ndarray, segments: list[dict],
-               names: list[str], exp: Expectation | None) -> list[dict]:
+def _breakdown(
+    paths: CriticalPaths,
+    segment: np.ndarray,
+    usable: np.ndarray,
+    segments: list[dict],
+    names: list[str],
+    exp: Expectation | None,
+) -> list[dict]:
     parts = paths.parts
     keep = np.flatnonzero(usable[parts.request])
     if keep.size == 0:
@@ -172,17 +192,18 @@ def _breakdown(paths: CriticalPaths, segment: np.ndarray, usable: np.ndarray, se
     sums = np.bincount(group_of, weights=total, minlength=groups)
     mean_pos = np.bincount(group_of, weights=first_pos, minlength=groups) / np.maximum(counts, 1)
     median, median_queue, median_forward, median_reply, median_asked = (
-        _medians(group_of, values, groups) for values in (total, queue, forward, reply, asked))
+        _medians(group_of, values, groups) for values in (total, queue, forward, reply, asked)
+    )
     heads = order2[starts2]
     rows = []
     for g in sorted(range(groups), key=lambda g: (seg[heads[g]], mean_pos[g])):
         s = segments[seg[heads[g]]]
         kind_code, a, b = int(k[heads[g]]), names[w[heads[g]]], int(t[heads[g]])
-        row = {"client": names[s["client"]], "from_s": s["from_s"], "until_s": s["until_s"],
-               "kind": KINDS[kind_code]}
+        row = {"client": names[s["client"]], "from_s": s["from_s"], "until_s": s["until_s"], "kind": KINDS[kind_code]}
         row.update({"from": a, "to": names[b]} if kind_code == NETWORK else {"instance": a})
-        row.update({"median_ms": _ms(median[g]), "mean_ms": _ms(sums[g] / max(s["usable"], 1)),
-                    "count": int(counts[g])})
+        row.update(
+            {"median_ms": _ms(median[g]), "mean_ms": _ms(sums[g] / max(s["usable"], 1)), "count": int(counts[g])}
+        )
         if kind_code == NETWORK and exp is not None:
             rtt = exp.rtt_us(s["first"], a, names[b])
             if rtt is not None:
@@ -190,8 +211,13 @@ def _breakdown(paths: CriticalPaths, segment: np.ndarray, usable: np.ndarray, se
         elif KINDS[kind_code] == "compute" and median_asked[g] > 0:
             row["expected_ms"] = round(float(median_asked[g]) / 1000, 3)
         elif kind_code == WAIT:
-            row.update({"queue_median_ms": _ms(median_queue[g]), "forward_median_ms": _ms(median_forward[g]),
-                        "reply_median_ms": _ms(median_reply[g])})
+            row.update(
+                {
+                    "queue_median_ms": _ms(median_queue[g]),
+                    "forward_median_ms": _ms(median_forward[g]),
+                    "reply_median_ms": _ms(median_reply[g]),
+                }
+            )
         rows.append(row)
     return rows
 
@@ -202,17 +228,31 @@ def table_lines(summary: dict) -> list[str]:
     rows = [head]
     for c in summary["clients"]:
         s = c["by_status"]
-        rows.append((c["instance"], str(c["count"]), str(s["ok"]), str(s["error"]), str(s["timeout"]),
-                     *(_cell(c[key]) for key in ("p50_ms", "p90_ms", "p99_ms", "p99_9_ms", "max_ms"))))
+        rows.append(
+            (
+                c["instance"],
+                str(c["count"]),
+                str(s["ok"]),
+                str(s["error"]),
+                str(s["timeout"]),
+                *(_cell(c[key]) for key in ("p50_ms", "p90_ms", "p99_ms", "p99_9_ms", "max_ms")),
+            )
+        )
     lines = _aligned(rows, left=1)
     for c in summary["clients"]:
         for seg in c["segments"]:
             lines += [""] + _segment_lines(c, seg, summary["breakdown"])
-    lines += ["", f"{summary['spans']} spans, {summary['requests']} requests"
-              + (f", {summary['incomplete']} incomplete (spans missing; not in the breakdown)"
-                 if summary["incomplete"] else "")
-              + "; percentiles nearest-rank over ok requests; network = sender's span - receiver's serve "
-              "- the reply's wait at the sender (both directions, kernel to kernel, no clock sync)"]
+    lines += [
+        "",
+        f"{summary['spans']} spans, {summary['requests']} requests"
+        + (
+            f", {summary['incomplete']} incomplete (spans missing; not in the breakdown)"
+            if summary["incomplete"]
+            else ""
+        )
+        + "; percentiles nearest-rank over ok requests; network = sender's span - receiver's serve "
+        "- the reply's wait at the sender (both directions, kernel to kernel, no clock sync)",
+    ]
     return lines
 
 
@@ -220,19 +260,31 @@ def _segment_lines(client: dict, seg: dict, breakdown: list[dict]) -> list[str]:
     until = "the end" if seg["until_s"] is None else f"{seg['until_s']:g}s"
     when = "whole run" if seg["from_s"] == 0 and seg["until_s"] is None else f"{seg['from_s']:g}s to {until}"
     mine = [b for b in breakdown if b["client"] == client["instance"] and b["from_s"] == seg["from_s"]]
-    lines = [f"{client['instance']}, {when}: {seg['count']} requests ({seg['by_status']['ok']} ok), "
-             f"p50 {_cell(seg['p50_ms'])}, p99 {_cell(seg['p99_ms'])}"]
+    lines = [
+        f"{client['instance']}, {when}: {seg['count']} requests ({seg['by_status']['ok']} ok), "
+        f"p50 {_cell(seg['p50_ms'])}, p99 {_cell(seg['p99_ms'])}"
+    ]
     if not mine:
         return lines + ["  no complete ok request: no breakdown"]
     rows = [("  PART", "MEDIAN", "CONFIGURED", "MEAN", "ON PATH")]
     for b in mine:
         where = f"{b['from']} -> {b['to']}" if b["kind"] == "network" else b["instance"]
-        causes = [f"{cause} {b[cause + '_median_ms']:.3f} ms" for cause in ("queue", "reply")
-                  if b["kind"] == "wait" and b[cause + "_median_ms"]]
+        causes = [
+            f"{cause} {b[cause + '_median_ms']:.3f} ms"
+            for cause in ("queue", "reply")
+            if b["kind"] == "wait" and b[cause + "_median_ms"]
+        ]
         if causes:
             where += f" ({', '.join(causes)})"
-        rows.append((f"  {b['kind']} {where}", _cell(b["median_ms"]), _cell(b.get("expected_ms"), ""),
-                     _cell(b["mean_ms"]), str(b["count"])))
+        rows.append(
+            (
+                f"  {b['kind']} {where}",
+                _cell(b["median_ms"]),
+                _cell(b.get("expected_ms"), ""),
+                _cell(b["mean_ms"]),
+                str(b["count"]),
+            )
+        )
     total = sum(b["mean_ms"] for b in mine)
     return lines + _aligned(rows, left=1) + [f"  (the means add up to the mean latency, {total:.3f} ms)"]
 
@@ -243,5 +295,7 @@ def _cell(ms: float | None, empty: str = "-") -> str:
 
 def _aligned(rows: Sequence[tuple[str, ...]], left: int) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(widths[i]) if i < left else cell.rjust(widths[i])
-                      for i, cell in enumerate(row)).rstrip() for row in rows]
+    return [
+        "  ".join(cell.ljust(widths[i]) if i < left else cell.rjust(widths[i]) for i, cell in enumerate(row)).rstrip()
+        for row in rows
+    ]

@@ -31,8 +31,10 @@ def own_container(client):
     try:
         return client.containers.get(socket.gethostname())
     except Exception as error:
-        raise CollapsarError(f"bootstrapper: cannot find its own container by hostname "
-                             f"{socket.gethostname()!r} ({error}); leave the service's hostname unset") from None
+        raise CollapsarError(
+            f"bootstrapper: cannot find its own container by hostname "
+            f"{socket.gethostname()!r} ({error}); leave the service's hostname unset"
+        ) from None
 
 
 def bootstrap(client, experiment: str, topology_b64: str, image: str, say) -> int:

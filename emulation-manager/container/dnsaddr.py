@@ -46,7 +46,7 @@ def slot_of(task_name: str, service: str) -> int | None:
     """`st_web.3.abc.st_net` -> 3, for service `st_web`."""
     if not task_name.startswith(service + "."):
         return None
-    slot = task_name[len(service) + 1:].split(".", 1)[0]
+    slot = task_name[len(service) + 1 :].split(".", 1)[0]
     return int(slot) if slot.isascii() and slot.isdigit() else None
 
 
@@ -105,8 +105,14 @@ class DnsAddresses:
     """instance -> address for a stack's services, asked from inside the
     namespace of `pid` (the bootstrapper's; None: this process's own)."""
 
-    def __init__(self, pid: int | None, stack: str, services: list[str], timeout_s: float = 1.0,
-                 server: tuple[str, int] = RESOLVER):
+    def __init__(
+        self,
+        pid: int | None,
+        stack: str,
+        services: list[str],
+        timeout_s: float = 1.0,
+        server: tuple[str, int] = RESOLVER,
+    ):
         self.pid, self.stack, self.services, self.timeout_s = pid, stack, services, timeout_s
         self.server = server
         self._names: dict[str, str] = {}  # ip -> task name: a task keeps its address
@@ -132,9 +138,11 @@ class DnsAddresses:
     def task_addresses(self, service: str) -> list[str]:
         """The addresses of every task of the stack's `service` (e.g. the
         bootstrapper: one per node)."""
+
         def ask() -> list[str]:
             with Resolver(self.server, self.timeout_s) as resolver:
                 return sorted(resolver.ask(f"tasks.{self.stack}_{service}", TYPE_A))
+
         return self._in_namespace(ask)
 
     def _in_namespace(self, ask: Callable[[], T]) -> T:
@@ -143,6 +151,7 @@ class DnsAddresses:
         if self.pid is None:
             return ask()
         from ..nsexec import CLONE_NEWNET, _libc
+
         result: list = []
         failure: list[BaseException] = []
 
@@ -157,8 +166,10 @@ class DnsAddresses:
                     finally:
                         os.close(fd)
                 except OSError as error:  # the bootstrapper stopped: its namespace went with it
-                    raise DnsError(f"DNS: cannot enter the network namespace of pid {self.pid} "
-                                   f"(the bootstrapper): {error.strerror or error}") from None
+                    raise DnsError(
+                        f"DNS: cannot enter the network namespace of pid {self.pid} "
+                        f"(the bootstrapper): {error.strerror or error}"
+                    ) from None
                 result.append(ask())
             except BaseException as error:  # re-raised on the caller's thread
                 failure.append(error)
@@ -187,8 +198,7 @@ class OutageReport:
             value = call()
         except DnsError as error:
             if not self.failing:
-                self.say(f"warning: {self.what}: {error} (retried at every rescan; "
-                         "said again once it works)")
+                self.say(f"warning: {self.what}: {error} (retried at every rescan; said again once it works)")
             self.failing = True
             return fallback
         if self.failing:

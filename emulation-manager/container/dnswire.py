@@ -56,8 +56,7 @@ def read_name(data: bytes, offset: int) -> tuple[str, int]:
     segment_start = offset  # where the run of labels being read began
     while True:
         if offset >= len(data):
-            raise DnsError(f"name at byte {segment_start} runs past the end of the reply "
-                           f"({len(data)} bytes)")
+            raise DnsError(f"name at byte {segment_start} runs past the end of the reply ({len(data)} bytes)")
         length = data[offset]
         if length & 0xC0 == 0xC0:
             if offset + 1 >= len(data):
@@ -66,24 +65,28 @@ def read_name(data: bytes, offset: int) -> tuple[str, int]:
             # Strictly before the labels read since the last jump: each jump
             # then lowers segment_start, so no set of pointers can loop.
             if not HEADER_BYTES <= target < segment_start:
-                raise DnsError(f"compression pointer at byte {offset} points to byte {target}, "
-                               f"expected an earlier name (bytes {HEADER_BYTES}-{segment_start - 1})")
+                raise DnsError(
+                    f"compression pointer at byte {offset} points to byte {target}, "
+                    f"expected an earlier name (bytes {HEADER_BYTES}-{segment_start - 1})"
+                )
             if after is None:
                 after = offset + 2
             offset = segment_start = target
             continue
         if length & 0xC0:
-            raise DnsError(f"label type {length & 0xC0:#x} at byte {offset}: expected a length "
-                           "or a compression pointer")
+            raise DnsError(
+                f"label type {length & 0xC0:#x} at byte {offset}: expected a length or a compression pointer"
+            )
         if length == 0:
             return ".".join(labels), (after if after is not None else offset + 1)
         wire_bytes += 1 + length
         if wire_bytes > MAX_NAME_BYTES:
             raise DnsError(f"name at byte {segment_start} is longer than {MAX_NAME_BYTES} bytes")
-        label = data[offset + 1:offset + 1 + length]
+        label = data[offset + 1 : offset + 1 + length]
         if len(label) < length:
-            raise DnsError(f"label at byte {offset} of {length} bytes runs past the end of the reply "
-                           f"({len(data)} bytes)")
+            raise DnsError(
+                f"label at byte {offset} of {length} bytes runs past the end of the reply ({len(data)} bytes)"
+            )
         if not label.isascii():
             raise DnsError(f"label at byte {offset} is not ASCII")
         labels.append(label.decode("ascii"))
@@ -104,7 +107,7 @@ def _check_header(data: bytes, query: bytes) -> tuple[int, int]:
     if rcode not in (0, 3):  # 3: NXDOMAIN, the name has no tasks (yet)
         raise DnsError(f"the server answered {RCODE_NAMES.get(rcode, f'rcode {rcode}')} (flags {flags:#06x})")
     name, kind = query[HEADER_BYTES:-4], query[-4:]
-    echoed = data[HEADER_BYTES:len(query)]
+    echoed = data[HEADER_BYTES : len(query)]
     # Servers copy the question verbatim, though the name's case may differ (RFC 4343).
     if qdcount != 1 or echoed[:-4].lower() != name.lower() or echoed[-4:] != kind:
         raise DnsError(f"the question section ({qdcount} questions) does not echo the query")
@@ -125,17 +128,17 @@ def decode_answers(data: bytes, query: bytes) -> list[tuple[int, object]]:
         except DnsError as error:
             raise DnsError(f"{where}: {error}") from None
         if offset + _RECORD.size > len(data):
-            raise DnsError(f"{where}: record at byte {offset} is cut off by the end of the reply "
-                           f"({len(data)} bytes)")
+            raise DnsError(f"{where}: record at byte {offset} is cut off by the end of the reply ({len(data)} bytes)")
         rtype, rclass, _, length = _RECORD.unpack_from(data, offset)
         offset += _RECORD.size
         if offset + length > len(data):
-            raise DnsError(f"{where}: {length} bytes of data at byte {offset} run past the end of the "
-                           f"reply ({len(data)} bytes)")
+            raise DnsError(
+                f"{where}: {length} bytes of data at byte {offset} run past the end of the reply ({len(data)} bytes)"
+            )
         if rtype == TYPE_A and rclass == CLASS_IN:
             if length != 4:
                 raise DnsError(f"{where}: an A record of {length} bytes, expected 4")
-            answers.append((rtype, socket.inet_ntoa(data[offset:offset + 4])))
+            answers.append((rtype, socket.inet_ntoa(data[offset : offset + 4])))
         elif rtype == TYPE_PTR and rclass == CLASS_IN:
             try:
                 name, end = read_name(data, offset)

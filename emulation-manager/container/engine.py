@@ -33,13 +33,15 @@ class Seen:
 def connect():
     """A docker client, or one line that says how to get a daemon."""
     import docker
+
     try:
         client = docker.from_env(version="auto", timeout=30)
         client.ping()
     except Exception as error:  # the SDK raises several unrelated types here
-        raise EnvironmentProblem(f"cannot reach the Docker daemon ({error})",
-                                 "start dockerd, and give this process /var/run/docker.sock "
-                                 "(in a container: mount it)") from None
+        raise EnvironmentProblem(
+            f"cannot reach the Docker daemon ({error})",
+            "start dockerd, and give this process /var/run/docker.sock (in a container: mount it)",
+        ) from None
     return client
 
 
@@ -57,8 +59,14 @@ def seen_from(attrs: dict, experiment: str, network_ids: set[str]) -> Seen | Non
         return None
     state = attrs.get("State") or {}
     running = bool(state.get("Running"))
-    return Seen(instance=instance, container_id=attrs["Id"], pid=int(state.get("Pid") or 0) if running else 0,
-                ip=address_on(attrs, network_ids), running=running, exit_code=int(state.get("ExitCode") or 0))
+    return Seen(
+        instance=instance,
+        container_id=attrs["Id"],
+        pid=int(state.get("Pid") or 0) if running else 0,
+        ip=address_on(attrs, network_ids),
+        running=running,
+        exit_code=int(state.get("ExitCode") or 0),
+    )
 
 
 class DockerView:
@@ -117,8 +125,9 @@ class DockerView:
 
     def watch(self) -> None:
         """Follow container events of this experiment until close()."""
-        self._stream = self.client.api.events(decode=True, filters={
-            "type": "container", "label": f"{LABEL_EXPERIMENT}={self.experiment}"})
+        self._stream = self.client.api.events(
+            decode=True, filters={"type": "container", "label": f"{LABEL_EXPERIMENT}={self.experiment}"}
+        )
         threading.Thread(target=self._follow, name="docker-events", daemon=True).start()
 
     def _follow(self) -> None:
@@ -144,13 +153,15 @@ class DockerView:
             except Exception as error:  # reported, never fatal: the next scan shows the truth
                 print(f"warning: {what} {label}: {error}", flush=True)
             self.changed.set()
+
         threading.Thread(target=body, name=f"{what}-{label}", daemon=True).start()
 
     def _act(self, instance: str, what: str, call) -> None:
         container_id = self._ids.get(instance)
         if container_id is None:
-            raise CollapsarError(f"instance {instance}: no container of experiment {self.experiment} "
-                                 f"on this node to {what}")
+            raise CollapsarError(
+                f"instance {instance}: no container of experiment {self.experiment} on this node to {what}"
+            )
         self._background(f"{instance} ({container_id[:12]})", what, lambda: call(container_id))
 
     def start(self, instance: str) -> None:
@@ -176,13 +187,15 @@ class DockerView:
             return
 
         def call() -> None:
-            found = self.client.services.list(filters={"label": [
-                f"{LABEL_EXPERIMENT}={self.experiment}", f"{LABEL_SERVICE}={service}"]})
+            found = self.client.services.list(
+                filters={"label": [f"{LABEL_EXPERIMENT}={self.experiment}", f"{LABEL_SERVICE}={service}"]}
+            )
             if not found:
                 raise CollapsarError(f"no Swarm service for {service} of experiment {self.experiment}")
             current = found[0].attrs["Spec"]["Mode"].get("Replicated", {}).get("Replicas", 0)
             if current < replicas:
                 found[0].scale(replicas)
+
         self._background(f"{service} to {replicas}", "scale", call)
 
     def _controls_swarm(self) -> bool:

@@ -68,16 +68,25 @@ def openat2(dirfd: int, path: str, flags: int, mode: int = 0, resolve: int = 0) 
     how = _OpenHow(flags, mode if flags & (os.O_CREAT | os.O_TMPFILE) else 0, resolve)
     encoded = os.fsencode(path)
     while True:
-        fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dirfd), ctypes.c_char_p(encoded),
-                           ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+        fd = _libc.syscall(
+            ctypes.c_long(SYS_OPENAT2),
+            ctypes.c_int(dirfd),
+            ctypes.c_char_p(encoded),
+            ctypes.byref(how),
+            ctypes.c_size_t(ctypes.sizeof(how)),
+        )
         if fd >= 0:
             return fd
         code = ctypes.get_errno()
         if code == errno.EINTR:
             continue
         if code == errno.ENOSYS:
-            raise OSError(code, "openat2 is not available: opening files in containers safely needs "
-                                "Linux >= 5.6 and a seccomp profile that allows openat2", path)
+            raise OSError(
+                code,
+                "openat2 is not available: opening files in containers safely needs "
+                "Linux >= 5.6 and a seccomp profile that allows openat2",
+                path,
+            )
         raise OSError(code, os.strerror(code), path)
 
 
@@ -108,8 +117,13 @@ def create_new(root_fd: int, path: str, where: str) -> int | None:
     it would write into whatever else it is a hard link of).  Anything else
     in its place is a RefusedFile."""
     try:
-        return openat2(root_fd, path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                       mode=0o644, resolve=IN_CONTAINER)
+        return openat2(
+            root_fd,
+            path,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            mode=0o644,
+            resolve=IN_CONTAINER,
+        )
     except FileExistsError:  # O_EXCL also refuses a link, dangling or not: checked next
         pass
     os.close(_pin_regular(root_fd, path, where, None))
@@ -125,8 +139,9 @@ def _pin_regular(root_fd: int, path: str, where: str, max_bytes: int | None) -> 
         if not stat.S_ISREG(found.st_mode):
             raise RefusedFile(errno.EINVAL, f"{where}/{path} is a {_kind(found.st_mode)}, not a regular file")
         if max_bytes is not None and found.st_size > max_bytes:
-            raise RefusedFile(errno.EFBIG, f"{where}/{path} is {found.st_size} bytes, more than the "
-                                           f"{max_bytes} expected at most")
+            raise RefusedFile(
+                errno.EFBIG, f"{where}/{path} is {found.st_size} bytes, more than the {max_bytes} expected at most"
+            )
     except BaseException:
         os.close(pinned)
         raise
@@ -134,9 +149,14 @@ def _pin_regular(root_fd: int, path: str, where: str, max_bytes: int | None) -> 
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "symbolic link"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISDIR, "directory"),
-                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
-                       (stat.S_ISSOCK, "socket")):
+    for test, name in (
+        (stat.S_ISLNK, "symbolic link"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
         if test(mode):
             return name
     return f"file of mode {mode:o}"

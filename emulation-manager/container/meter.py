@@ -34,8 +34,9 @@ class ContainerMeter(Meter):
             return
         with self._lock:
             self._wanted[instance] = netns
-        threading.Thread(target=self._attach, args=(instance, ifname, netns),
-                         name=f"counters-{instance}", daemon=True).start()
+        threading.Thread(
+            target=self._attach, args=(instance, ifname, netns), name=f"counters-{instance}", daemon=True
+        ).start()
 
     def _attach(self, instance: str, ifname: str, netns: str) -> None:
         try:

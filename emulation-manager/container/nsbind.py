@@ -39,9 +39,11 @@ def bind(container_id: str, pid: int) -> str:
         _check(_mount(f"/proc/{pid}/ns/net", path, None, MS_BIND), f"bind the netns of pid {pid} to {path}")
     except OSError as error:
         os.unlink(path)
-        raise CollapsarError(f"container {container_id[:12]} (pid {pid}): cannot reach its network "
-                             f"namespace ({error.strerror}); the manager needs the host's PID "
-                             f"namespace and CAP_SYS_ADMIN (pid: host, privileged)") from None
+        raise CollapsarError(
+            f"container {container_id[:12]} (pid {pid}): cannot reach its network "
+            f"namespace ({error.strerror}); the manager needs the host's PID "
+            f"namespace and CAP_SYS_ADMIN (pid: host, privileged)"
+        ) from None
     return name
 
 
@@ -60,5 +62,6 @@ def ifname_with(name: str, ip: str) -> str:
                 return ipr.get_links(addr["index"])[0].get_attr("IFLA_IFNAME")
     finally:
         ipr.close()
-    raise CollapsarError(f"namespace {name}: no interface holds {ip}, the container's address "
-                         f"on the experiment network")
+    raise CollapsarError(
+        f"namespace {name}: no interface holds {ip}, the container's address on the experiment network"
+    )

@@ -73,8 +73,15 @@ class Shaped:
 
 
 class ContainerRun:
-    def __init__(self, experiment: Experiment, timeline, options: ContainerOptions, view: DockerView,
-                 tcal, out: TextIO = sys.stdout):
+    def __init__(
+        self,
+        experiment: Experiment,
+        timeline,
+        options: ContainerOptions,
+        view: DockerView,
+        tcal,
+        out: TextIO = sys.stdout,
+    ):
         self.experiment, self.timeline, self.options = experiment, timeline, options
         self.view, self.tcal, self.out = view, tcal, out
         self.instances = all_instances(timeline)
@@ -120,7 +127,7 @@ class ContainerRun:
             self.view.start(instance)  # Compose: deployed stopped, started now
         elif self.options.bootstrapper:  # Swarm: a new task, wherever Swarm puts it
             service = service_of(self.experiment, instance)
-            suffix = instance[len(service) + 1:]
+            suffix = instance[len(service) + 1 :]
             self.view.scale_up(service, int(suffix) if suffix else 1)
 
     def stop_instance(self, instance: str) -> None:
@@ -146,8 +153,9 @@ class ContainerRun:
         return self.timeline.steps[max(index, 0)].state
 
     def _paths_for(self, src: str) -> dict:
-        return {dst: path for dst, path in paths_from(self._state_now(), src, self.instances).items()
-                if dst in self.ip_of}
+        return {
+            dst: path for dst, path in paths_from(self._state_now(), src, self.instances).items() if dst in self.ip_of
+        }
 
     def scan(self) -> None:
         seen = self.view.scan()
@@ -226,8 +234,16 @@ class ContainerRun:
         netns = nsbind.bind(seen.container_id, seen.pid)
         try:
             ifname = nsbind.ifname_with(netns, seen.ip)
-            core = EmulationCore(seen.instance, ifname, netns, self.ip_of, self.tcal.TcTree, self.tcal.Shaping,
-                                 netem=self.netem, wire_overhead=self.experiment.settings.wire_overhead)
+            core = EmulationCore(
+                seen.instance,
+                ifname,
+                netns,
+                self.ip_of,
+                self.tcal.TcTree,
+                self.tcal.Shaping,
+                netem=self.netem,
+                wire_overhead=self.experiment.settings.wire_overhead,
+            )
             core.install(self._paths_for(seen.instance))
         except Exception:
             nsbind.release(netns)
@@ -264,8 +280,10 @@ class ContainerRun:
         sys.setswitchinterval(0.0005)
         server = None
         try:
-            self._say(f"experiment {self.options.experiment_id}: {len(self.instances)} instances; "
-                      f"{'netem' if self.netem else 'htb only (no delay, jitter or loss in this experiment)'}")
+            self._say(
+                f"experiment {self.options.experiment_id}: {len(self.instances)} instances; "
+                f"{'netem' if self.netem else 'htb only (no delay, jitter or loss in this experiment)'}"
+            )
             self.view.watch()
             self.meter = ContainerMeter(self.tcal.counters_factory, self._say)
             if self.options.sharing:
@@ -274,8 +292,9 @@ class ContainerRun:
             self.board = StatusBoard(self._paths_json)
             if self.options.status_port is not None:
                 first = self.timeline.steps[0].state
-                server = StatusServer(self.board, self.options.status_port,
-                                      topology=lambda: topology_json(first)).start()
+                server = StatusServer(
+                    self.board, self.options.status_port, topology=lambda: topology_json(first)
+                ).start()
                 self._say(f"status: http://127.0.0.1:{server.port}/status")
             self.player = Player(self.timeline, self)
             self.t0_ns = self.player.start()
@@ -297,13 +316,17 @@ class ContainerRun:
                 self.scan()
             missing = wanted - set(self.shaped) - set(self.remote)
             if not missing:
-                self._say(f"all {len(wanted)} instances up in {(time.monotonic() - started) * 1000:.0f} ms: "
-                          f"{len(self.shaped)} shaped on this node, {len(self.remote)} on others")
+                self._say(
+                    f"all {len(wanted)} instances up in {(time.monotonic() - started) * 1000:.0f} ms: "
+                    f"{len(self.shaped)} shaped on this node, {len(self.remote)} on others"
+                )
                 return
             if time.monotonic() - started > self.options.wait_up_s:
                 # Multi-node: the others are on other nodes.  Go on with what is here.
-                self._say(f"after {self.options.wait_up_s:g}s, {len(self.shaped)} instances shaped on "
-                          f"this node; not here: {', '.join(sorted(missing)[:10])}")
+                self._say(
+                    f"after {self.options.wait_up_s:g}s, {len(self.shaped)} instances shaped on "
+                    f"this node; not here: {', '.join(sorted(missing)[:10])}"
+                )
                 return
 
     def _loop(self) -> None:
@@ -327,6 +350,7 @@ class ContainerRun:
 
     def _start_sharing(self) -> None:
         from .sharing import container_sharing
+
         bootstrapper = dns = None
         if self.options.bootstrapper and isinstance(self.remote_addresses, DnsAddresses):
             dns = self.remote_addresses
@@ -349,14 +373,24 @@ class ContainerRun:
     def _snapshot(self) -> dict:
         log = [f.as_dict() for f in self.player.log]
         return {
-            "run_id": self.options.experiment_id, "source": self.experiment.source, "t_us": self._now_us(),
-            "mode": "container", "state": "running" if self._stop_reason is None else "stopping",
-            "instances": [{"name": name, "ip": self.ip_of.get(name),
-                           "netns": self.shaped[name].netns if name in self.shaped else None,
-                           "status": self.status[name], "network": self.network[name],
-                           "pid": self.seen[name].pid if name in self.seen else None,
-                           "container": self.seen[name].container_id[:12] if name in self.seen else None,
-                           "shaped": name in self.shaped} for name in self.instances],
+            "run_id": self.options.experiment_id,
+            "source": self.experiment.source,
+            "t_us": self._now_us(),
+            "mode": "container",
+            "state": "running" if self._stop_reason is None else "stopping",
+            "instances": [
+                {
+                    "name": name,
+                    "ip": self.ip_of.get(name),
+                    "netns": self.shaped[name].netns if name in self.shaped else None,
+                    "status": self.status[name],
+                    "network": self.network[name],
+                    "pid": self.seen[name].pid if name in self.seen else None,
+                    "container": self.seen[name].container_id[:12] if name in self.seen else None,
+                    "shaped": name in self.shaped,
+                }
+                for name in self.instances
+            ],
             "throughput": self.meter.flows(),
             "sharing": self.sharing.status() if self.sharing is not None else {"enabled": False},
             "events": {"applied": log, "pending": self.player.pending},
@@ -369,11 +403,13 @@ class ContainerRun:
 
     def _tear_down(self, server) -> None:
         """Every stage runs even when one fails; failures are reported."""
-        for what, action in (("stop the timeline", self.player and self.player.stop),
-                             ("stop sharing", self.sharing and self.sharing.close),
-                             ("detach the counters", self.meter and self.meter.close),
-                             ("stop watching events", self.view.close),
-                             ("stop the status API", server and server.stop)):
+        for what, action in (
+            ("stop the timeline", self.player and self.player.stop),
+            ("stop sharing", self.sharing and self.sharing.close),
+            ("detach the counters", self.meter and self.meter.close),
+            ("stop watching events", self.view.close),
+            ("stop the status API", server and server.stop),
+        ):
             if action is None:
                 continue
             try:

@@ -51,8 +51,9 @@ class SwarmPeers:
         return [f"{ip}:{self.port}" for ip in self.dns.task_addresses(BOOTSTRAP_SERVICE) if ip != self.own_ip]
 
 
-def container_sharing(run, say: Callable[[str], None], *, bootstrapper: dict | None = None,
-                      dns: DnsAddresses | None = None) -> tuple[ManagerSharing, SwarmPeers | None]:
+def container_sharing(
+    run, say: Callable[[str], None], *, bootstrapper: dict | None = None, dns: DnsAddresses | None = None
+) -> tuple[ManagerSharing, SwarmPeers | None]:
     """The sharing of `run` (a ContainerRun); on Swarm `bootstrapper` is the
     engine's inspection of this node's bootstrapper container and `dns` asks
     in its namespace.  Returns it and, on Swarm, what finds the peers."""
@@ -62,17 +63,28 @@ def container_sharing(run, say: Callable[[str], None], *, bootstrapper: dict | N
         own_ip = overlay_address(bootstrapper)
         key = swarm_key(bootstrapper, say)
         if own_ip is None:
-            say("warning: sharing: the bootstrapper has no address on the overlay; "
-                "this node's managers hear only each other")
+            say(
+                "warning: sharing: the bootstrapper has no address on the overlay; "
+                "this node's managers hear only each other"
+            )
         elif key is not None:
             listen = f"{own_ip}:{METADATA_PORT}"
             prefix = ("nsenter", f"--net=/proc/{bootstrapper['State']['Pid']}/ns/net", "--")
             peers = SwarmPeers(dns, own_ip)
     sharing = ManagerSharing(
-        source=run.experiment.source, instances=run.instances, cores={}, netem=run.netem,
-        timeline=run.timeline, key=key or new_key(), lock=run.lock,
-        aeron_dir=f"/dev/shm/collapsar-{run.options.experiment_id}-aeron", log_path=None, say=say,
-        listen=listen, driver_prefix=prefix)
+        source=run.experiment.source,
+        instances=run.instances,
+        cores={},
+        netem=run.netem,
+        timeline=run.timeline,
+        key=key or new_key(),
+        lock=run.lock,
+        aeron_dir=f"/dev/shm/collapsar-{run.options.experiment_id}-aeron",
+        log_path=None,
+        say=say,
+        listen=listen,
+        driver_prefix=prefix,
+    )
     return sharing, peers
 
 
@@ -81,8 +93,10 @@ def swarm_key(bootstrapper: dict, say: Callable[[str], None]) -> bytes | None:
     try:
         return read_key_file(SECRET_PATH.format(pid=bootstrapper["State"]["Pid"]))
     except KeyFileError as error:
-        say(f"warning: sharing: {error}; the stack grants no key to its bootstrapper (regenerate it with "
-            f"`collapsar generate --swarm`): this node's managers share among their own instances only")
+        say(
+            f"warning: sharing: {error}; the stack grants no key to its bootstrapper (regenerate it with "
+            f"`collapsar generate --swarm`): this node's managers share among their own instances only"
+        )
         return None
 
 

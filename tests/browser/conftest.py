@@ -27,15 +27,16 @@ def browser():
 
     assets_dir()  # a clear error if the page was never built
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (deps/apt-dashboard.txt), "
-                    "or set COLLAPSAR_SKIP_BROWSER=1")
+        pytest.fail(
+            f"{CHROMIUM} is missing: install Debian's chromium (deps/apt-dashboard.txt), "
+            "or set COLLAPSAR_SKIP_BROWSER=1"
+        )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         # --no-sandbox: the tier runs as root (it starts real runs), where
         # Chromium's sandbox refuses to start.
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                              args=["--no-sandbox"])
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         yield chromium
         chromium.close()
 
@@ -54,8 +55,7 @@ def page(browser):
     page = context.new_page()
     page.problems = []
     page.on("pageerror", lambda error: page.problems.append(f"page error: {error}"))
-    page.on("dialog", lambda dialog: (page.problems.append(f"dialog: {dialog.message}"),
-                                      dialog.dismiss()))
+    page.on("dialog", lambda dialog: (page.problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
     page.wait_js = lambda expression, timeout_s=10.0: wait_js(page, expression, timeout_s)
     yield page
     context.close()

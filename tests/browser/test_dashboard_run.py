@@ -39,32 +39,49 @@ def status(base: str) -> dict:
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("browser")
     (tmp / "browser.yaml").write_text(TOPOLOGY)
-    cli = Cli("run", str(tmp / "browser.yaml"), "--duration", "90s", "--wait-start",
-              "--dashboard", "--subnet", "10.81.0.0/24", "--run-dir", str(tmp / "runs"),
-              "--grace", "1s")
+    cli = Cli(
+        "run",
+        str(tmp / "browser.yaml"),
+        "--duration",
+        "90s",
+        "--wait-start",
+        "--dashboard",
+        "--subnet",
+        "10.81.0.0/24",
+        "--run-dir",
+        str(tmp / "runs"),
+        "--grace",
+        "1s",
+    )
     try:
         url = cli.wait_line("dashboard: ", 60).split()[1]
         run_dir = tmp / "runs" / run_id_of(cli.lines)
-        yield {"cli": cli, "url": url, "base": url.rsplit("/dashboard/", 1)[0], "dir": run_dir,
-               "token": (run_dir / "control-token").read_text().strip(),
-               "ns": f"cx-{run_id_of(cli.lines)}-client"}
+        yield {
+            "cli": cli,
+            "url": url,
+            "base": url.rsplit("/dashboard/", 1)[0],
+            "dir": run_dir,
+            "token": (run_dir / "control-token").read_text().strip(),
+            "ns": f"cx-{run_id_of(cli.lines)}-client",
+        }
     finally:
         cli.kill()
 
 
 def edge_classes(page, link_id: int) -> str:
-    return page.evaluate(f"window.collapsarDashboard.cy.getElementById('l:{link_id}').classes()"
-                         ".join(' ')")
+    return page.evaluate(f"window.collapsarDashboard.cy.getElementById('l:{link_id}').classes().join(' ')")
 
 
 def test_graph_shows_every_node_and_link(run, page, shots):
     page.goto(run["url"])
     page.wait_js("window.collapsarDashboard && window.collapsarDashboard.renders > 0")
     cy = "window.collapsarDashboard.cy"
-    assert page.evaluate(f"{cy}.nodes().map(n => n.data('name')).sort()") == [
-        "client", "idle", "server", "sw"]
-    assert page.evaluate(f"{cy}.edges().map(e => e.source().data('name') + '-' + "
-                         "e.target().data('name')).sort()") == ["client-sw", "idle-sw", "sw-server"]
+    assert page.evaluate(f"{cy}.nodes().map(n => n.data('name')).sort()") == ["client", "idle", "server", "sw"]
+    assert page.evaluate(f"{cy}.edges().map(e => e.source().data('name') + '-' + e.target().data('name')).sort()") == [
+        "client-sw",
+        "idle-sw",
+        "sw-server",
+    ]
     assert page.locator("#instances tbody tr").count() == 3
     assert page.locator("#state").text_content() == "waiting"
     assert page.locator("#start").is_enabled()
@@ -99,11 +116,12 @@ def test_control_without_the_token_is_refused(run, page):
     page.locator("#start").click()
     page.wait_js("document.getElementById('control-result').textContent.includes('token')")
     assert "enter the control token first" in page.locator("#control-result").text_content()
-    refused = page.evaluate("fetch('/control/stop', {method: 'POST', body: '{}'})"
-                            ".then(r => r.status)")
+    refused = page.evaluate("fetch('/control/stop', {method: 'POST', body: '{}'}).then(r => r.status)")
     assert refused == 401
-    wrong = page.evaluate("fetch('/control/stop', {method: 'POST', body: '{}', headers: "
-                          "{Authorization: 'Bearer not-the-token'}}).then(r => r.status)")
+    wrong = page.evaluate(
+        "fetch('/control/stop', {method: 'POST', body: '{}', headers: "
+        "{Authorization: 'Bearer not-the-token'}}).then(r => r.status)"
+    )
     assert wrong == 401 and status(run["base"])["state"] == "waiting"
 
 
@@ -113,16 +131,16 @@ def test_start_button(run, page):
     assert page.evaluate("sessionStorage.getItem('collapsar-control-token')") == run["token"]
     page.locator("#start").click()
     page.wait_js("document.getElementById('state').textContent === 'running'", 5)
-    page.wait_js("[...document.querySelectorAll('#instances tbody tr')].every("
-                 "r => r.children[3].textContent === 'up')", 5)
+    page.wait_js(
+        "[...document.querySelectorAll('#instances tbody tr')].every(r => r.children[3].textContent === 'up')", 5
+    )
 
 
 def test_event_shows_within_a_second(run, page, shots):
     snap = status(run["base"])
     t0 = time.monotonic() - snap["t_us"] / 1e6  # the run's t=0 on our clock (to a few ms)
     assert "gone" not in edge_classes(page, 1)
-    page.wait_js("window.collapsarDashboard.cy.getElementById('l:1').hasClass('gone')",
-                 EVENT_AT_S + 5)
+    page.wait_js("window.collapsarDashboard.cy.getElementById('l:1').hasClass('gone')", EVENT_AT_S + 5)
     shown_after_s = time.monotonic() - (t0 + EVENT_AT_S)
     print(f"the event showed on the page {shown_after_s * 1000:.0f} ms after its time")
     assert 0 < shown_after_s < 1.0
@@ -138,16 +156,14 @@ def test_adhoc_change_from_the_page_reaches_the_kernel(run, page, shots):
     page.locator("#set-bandwidth").fill("8Mbps")
     page.locator("#link-apply").click()
     page.wait_js("document.getElementById('control-result').className !== 'pending'", 10)
-    assert "ad-hoc: link client -- sw set bandwidth=8Mbps" in page.locator(
-        "#control-result").text_content()
+    assert "ad-hoc: link client -- sw set bandwidth=8Mbps" in page.locator("#control-result").text_content()
     after = leaf_rates(run["ns"])
     # client -> server was shaped to 40 Mbit/s (minus Ethernet's framing), now 8; the
     # class towards idle, cut since idle's link left, keeps its old rate.
     assert max(before) == pytest.approx(40e6 * 1514 / 1538, rel=0.01)
     assert min(after) / max(before) == pytest.approx(0.2, rel=0.005)
     page.wait_js("window.collapsarDashboard.cy.getElementById('l:0').hasClass('degraded')", 2)
-    assert "was 40M" in page.evaluate("window.collapsarDashboard.cy.getElementById('l:0')"
-                                      ".data('label')")
+    assert "was 40M" in page.evaluate("window.collapsarDashboard.cy.getElementById('l:0').data('label')")
     page.wait_js("document.getElementById('events').textContent.includes('ad-hoc: link client')", 2)
     page.locator("#events").scroll_into_view_if_needed()
     page.wait_for_timeout(1500)  # the measured rate settles at the new limit on the chart

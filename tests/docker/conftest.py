@@ -24,8 +24,9 @@ DOCKERD_LOG = "/tmp/collapsar-test-dockerd.log"
 @pytest.fixture(autouse=True, scope="session")
 def _need_root():
     if os.geteuid() != 0:
-        pytest.fail("tests/docker needs root (nsenter into containers, dockerd); run as root "
-                    "or set COLLAPSAR_SKIP_DOCKER=1")
+        pytest.fail(
+            "tests/docker needs root (nsenter into containers, dockerd); run as root or set COLLAPSAR_SKIP_DOCKER=1"
+        )
 
 
 def _daemon_up() -> bool:
@@ -35,21 +36,24 @@ def _daemon_up() -> bool:
 @pytest.fixture(scope="module")
 def engine():
     if shutil.which("dockerd") is None or shutil.which("docker") is None:
-        pytest.fail("no Docker engine: apt-get install docker.io (deps/apt-docker.txt, "
-                    "installed by `scripts/setup.sh test`), or set COLLAPSAR_SKIP_DOCKER=1")
+        pytest.fail(
+            "no Docker engine: apt-get install docker.io (deps/apt-docker.txt, "
+            "installed by `scripts/setup.sh test`), or set COLLAPSAR_SKIP_DOCKER=1"
+        )
     started = None
     if not _daemon_up():
         logfile = open(DOCKERD_LOG, "w")
-        started = subprocess.Popen(["dockerd"], stdout=logfile, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        started = subprocess.Popen(["dockerd"], stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while not _daemon_up():
             if started.poll() is not None or time.monotonic() > deadline:
                 started.kill()
                 tail = open(DOCKERD_LOG).read()[-800:]
-                pytest.fail(f"dockerd did not start (log {DOCKERD_LOG}):\n{tail}\nfix: make sure no other "
-                            f"dockerd/containerd owns /var/run/docker.sock and the kernel has overlayfs, "
-                            f"veth, bridge and iptables")
+                pytest.fail(
+                    f"dockerd did not start (log {DOCKERD_LOG}):\n{tail}\nfix: make sure no other "
+                    f"dockerd/containerd owns /var/run/docker.sock and the kernel has overlayfs, "
+                    f"veth, bridge and iptables"
+                )
             time.sleep(0.5)
         log(f"started dockerd (pid {started.pid}) for this tier")
     yield
@@ -65,8 +69,9 @@ def engine():
 @pytest.fixture(scope="module")
 def images(engine):
     began = time.monotonic()
-    done = subprocess.run(["make", "-s", "-C", str(ROOT / "docker"), "images"], capture_output=True, text=True,
-                          timeout=900)
+    done = subprocess.run(
+        ["make", "-s", "-C", str(ROOT / "docker"), "images"], capture_output=True, text=True, timeout=900
+    )
     if done.returncode != 0:
         pytest.fail(f"make -C docker images failed:\n{done.stdout[-1500:]}\n{done.stderr[-1500:]}")
     log(f"images built in {time.monotonic() - began:.1f} s")
@@ -91,17 +96,21 @@ def swarm(engine):
 def netem_note():
     from collapsar.errors import EnvironmentProblem
     from collapsar.tcal import check_kernel
+
     try:
         check_kernel(need_netem=True)
         return True
     except EnvironmentProblem:
-        log("this kernel has no sch_netem: container mode is checked with a rate-only topology "
-            "(htb classes per destination); delay, jitter and loss are not checked here")
+        log(
+            "this kernel has no sch_netem: container mode is checked with a rate-only topology "
+            "(htb classes per destination); delay, jitter and loss are not checked here"
+        )
         return False
 
 
 def pytest_terminal_summary(terminalreporter):
     from dockerlib import NOTES
+
     if NOTES:
         terminalreporter.section("docker tier notes")
         for line in NOTES:

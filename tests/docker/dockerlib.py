@@ -163,12 +163,17 @@ def wait_listening(container: str, ports: tuple[int, ...], timeout_s: float = 30
     workload image's commands start only once the manager has marked the
     container, at t=0 (hostsfile.py), so a server is not up the moment its
     container is shaped."""
+
     def listening() -> bool:
         # iperf3 listens on `::` (dual stack): its socket is in tcp6.
         table = run("docker", "exec", container, "cat", "/proc/net/tcp", "/proc/net/tcp6", check=False).stdout
-        found = {int(cols[1].split(":")[1], 16) for cols in (line.split() for line in table.splitlines()[1:])
-                 if len(cols) > 3 and cols[3] == "0A"}  # 0A: LISTEN
+        found = {
+            int(cols[1].split(":")[1], 16)
+            for cols in (line.split() for line in table.splitlines()[1:])
+            if len(cols) > 3 and cols[3] == "0A"
+        }  # 0A: LISTEN
         return set(ports) <= found
+
     wait_for(f"{container[:12]} listening on {ports}", listening, timeout_s)
 
 
@@ -187,4 +192,5 @@ def remove_trace_volume(stack: str, cli=None) -> None:
         except AssertionError:  # still in use by a task on its way out
             pass
         return False
+
     wait_for(f"the stack's trace volume {name} removed", gone, 120, every_s=1)

@@ -57,8 +57,10 @@ class Node2:
 
     def start(self) -> None:
         if os.path.exists(self.root) or os.path.exists(f"/run/netns/{NETNS}"):
-            raise AssertionError(f"{self.root} or netns {NETNS} exists: a node 2 of an earlier run is left "
-                                 f"over; stop its dockerd, `ip netns del {NETNS}`, remove {self.root}")
+            raise AssertionError(
+                f"{self.root} or netns {NETNS} exists: a node 2 of an earlier run is left "
+                f"over; stop its dockerd, `ip netns del {NETNS}`, remove {self.root}"
+            )
         for sub in ("run", "lib", "etc-docker"):
             os.makedirs(os.path.join(self.root, sub))
         self._made.append("root")
@@ -69,20 +71,40 @@ class Node2:
         run("ip", "link", "set", NODE_VETH, "netns", NETNS)
         run("ip", "addr", "add", f"{HOST_IP}/{PREFIX}", "dev", HOST_VETH)
         run("ip", "link", "set", HOST_VETH, "up")
-        for argv in (("addr", "add", f"{NODE_IP}/{PREFIX}", "dev", NODE_VETH), ("link", "set", NODE_VETH, "up"),
-                     ("link", "set", "lo", "up")):
+        for argv in (
+            ("addr", "add", f"{NODE_IP}/{PREFIX}", "dev", NODE_VETH),
+            ("link", "set", NODE_VETH, "up"),
+            ("link", "set", "lo", "up"),
+        ):
             run("ip", "-n", NETNS, *argv)
         # The bind mounts happen in the new mount namespace only (private
         # propagation): the host keeps its /run and its dockerd's socket.
         # `exec` keeps one pid from nsenter to dockerd: stop() signals it.
-        script = (f"mount --bind {self.run_dir} /run && mount --bind {self.root}/etc-docker /etc/docker "
-                  f"&& hostname collapsar-node2 && exec dockerd --data-root {self.root}/lib "
-                  f"--exec-root /run/docker --pidfile /run/docker.pid -H unix:///run/docker.sock")
+        script = (
+            f"mount --bind {self.run_dir} /run && mount --bind {self.root}/etc-docker /etc/docker "
+            f"&& hostname collapsar-node2 && exec dockerd --data-root {self.root}/lib "
+            f"--exec-root /run/docker --pidfile /run/docker.pid -H unix:///run/docker.sock"
+        )
         logfile = open(self.log_path, "w")
         self.dockerd = subprocess.Popen(
-            ["nsenter", f"--net=/run/netns/{NETNS}", "--", "unshare", "--mount", "--uts", "--propagation",
-             "private", "--", "sh", "-c", script], stdout=logfile, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                "nsenter",
+                f"--net=/run/netns/{NETNS}",
+                "--",
+                "unshare",
+                "--mount",
+                "--uts",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         logfile.close()
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._up():
@@ -96,8 +118,13 @@ class Node2:
         """The images built on node 1, copied (no registry here)."""
         began = time.monotonic()
         save = subprocess.Popen(["docker", "save", *images], stdout=subprocess.PIPE)
-        load = subprocess.run(["docker", "-H", f"unix://{self.socket}", "load"], stdin=save.stdout,
-                              capture_output=True, text=True, timeout=600)
+        load = subprocess.run(
+            ["docker", "-H", f"unix://{self.socket}", "load"],
+            stdin=save.stdout,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         save.stdout.close()
         if save.wait(timeout=60) != 0 or load.returncode != 0:
             raise AssertionError(f"copying {images} to node 2 failed: {load.stderr[-800:]}")
@@ -147,8 +174,9 @@ class Node2:
         if "root" in self._made:
             # The mounts under it lived in node 2's mount namespace, gone with
             # its last process; never delete through a mount still seen here.
-            mounted = [line.split()[4] for line in open("/proc/self/mountinfo")
-                       if line.split()[4].startswith(self.root)]
+            mounted = [
+                line.split()[4] for line in open("/proc/self/mountinfo") if line.split()[4].startswith(self.root)
+            ]
             if mounted:
                 problems.append(f"still mounted on the host, {self.root} kept: {mounted[:5]}")
             else:

@@ -78,14 +78,22 @@ def check_names(snapshot: dict) -> None:
     server = next(i for i in snapshot["instances"] if i["name"] == "server")
 
     def resolved():
-        answer = run("docker", "exec", server["container"], "getent", "hosts", "client-2", "late",
-                     check=False).stdout.split()
+        answer = run(
+            "docker", "exec", server["container"], "getent", "hosts", "client-2", "late", check=False
+        ).stdout.split()
         return dict(zip(answer[1::2], answer[0::2])) == {"client-2": ip_of["client-2"], "late": ip_of["late"]}
+
     wait_for("instance names in the server's /etc/hosts", resolved, 10)
 
 
-def exercise(mode: str, experiment: str, deploy: Callable[[], None], remove: Callable[[], None],
-             manager_filter: str, also: Callable[[dict], None] = lambda snapshot: None) -> float:
+def exercise(
+    mode: str,
+    experiment: str,
+    deploy: Callable[[], None],
+    remove: Callable[[], None],
+    manager_filter: str,
+    also: Callable[[dict], None] = lambda snapshot: None,
+) -> float:
     """Returns the seconds from deploy to every instance shaped."""
     timeline = build_timeline(parse_file(TOPOLOGY))
     assert not collapsar_processes(), "a Collapsar manager is already running on this host"
@@ -104,12 +112,23 @@ def exercise(mode: str, experiment: str, deploy: Callable[[], None], remove: Cal
         also(snapshot)
         assert set(inodes) == {"server", "client", "client-2", "late"}
         client2 = next(i for i in snapshot["instances"] if i["name"] == "client-2")
-        after_leave = wait_for(f"{mode}: client-2 stopped by the leave event", lambda: (
-            (s := status()) and any(i["name"] == "client-2" and i["status"] == "stopped" and not i["shaped"]
-                                    for i in s["instances"]) and s), LEAVE_AT_S + 30)
+        after_leave = wait_for(
+            f"{mode}: client-2 stopped by the leave event",
+            lambda: (
+                (s := status())
+                and any(
+                    i["name"] == "client-2" and i["status"] == "stopped" and not i["shaped"] for i in s["instances"]
+                )
+                and s
+            ),
+            LEAVE_AT_S + 30,
+        )
         assert after_leave["t_us"] >= LEAVE_AT_S * 1_000_000
-        wait_for(f"{mode}: client-2's container not running", lambda: docker(
-            "inspect", "-f", "{{.State.Running}}", client2["container"]).strip() == "false", 30)
+        wait_for(
+            f"{mode}: client-2's container not running",
+            lambda: docker("inspect", "-f", "{{.State.Running}}", client2["container"]).strip() == "false",
+            30,
+        )
         server = next(i for i in after_leave["instances"] if i["name"] == "server")
         cut = classes_by_destination(server["pid"], ifname_of(server["pid"], server["ip"]))
         assert cut[client2["ip"]] == BLACKHOLE, "server -> client-2 is cut after the leave"
@@ -121,13 +140,16 @@ def exercise(mode: str, experiment: str, deploy: Callable[[], None], remove: Cal
     finally:
         # Waited for even after a failure: the next test must start from nothing.
         remove()
-        wait_for(f"{mode}: every container of the experiment removed",
-                 lambda: not labelled_containers(experiment), 90)
-        wait_for(f"{mode}: the manager container removed", lambda: not docker(
-            "ps", "-aq", "--filter", manager_filter).split(), 60)
+        wait_for(f"{mode}: every container of the experiment removed", lambda: not labelled_containers(experiment), 90)
+        wait_for(
+            f"{mode}: the manager container removed",
+            lambda: not docker("ps", "-aq", "--filter", manager_filter).split(),
+            60,
+        )
         wait_for(f"{mode}: no Collapsar process left", lambda: not collapsar_processes(), 30)
-    left = wait_for(f"{mode}: the containers' namespaces gone", lambda: not (set(inodes.values()) & netns_inodes())
-                    or None, 30)
+    left = wait_for(
+        f"{mode}: the containers' namespaces gone", lambda: not (set(inodes.values()) & netns_inodes()) or None, 30
+    )
     assert left
     assert not [n for n in os.listdir("/run/netns") if n.startswith("cxd-")] if os.path.isdir("/run/netns") else True
     assert not docker("network", "ls", "-q", "--filter", f"label=org.collapsar.experiment={experiment}").split()

@@ -58,6 +58,7 @@ def hostile_image(images, canaries, tmp_path):
     """The workload image with the links and FIFOs in place, so they are
     there before the container starts: no race with the manager."""
     from collapsar.deploy.naming import IMAGE_NODE
+
     _, paths = canaries
     tag = f"collapsar-test/hostile:{secrets.token_hex(4)}"
     context = tmp_path / "hostile-image"
@@ -77,23 +78,37 @@ RUN set -e; for jail in /jail /fifojail; do \\
 
 
 def write_topology(path, image: str) -> None:
-    path.write_text(yaml.safe_dump({
-        "experiment": {"name": "hostile"},
-        "services": {
-            "server": {"command": ["iperf3", "--server"]},
-            "client": {"command": ["iperf3", "--server"]},
-            "links": {"image": image, "command": ["sh", "-c", f"printf '{ODD_LINE_SH}' >> /etc/hosts; "
-                                                               "exec sleep infinity"]},
-            "jail": {"image": image, "command": ["chroot", "/jail", "/bin/sleep", "infinity"]},
-            "fifo": {"image": image, "command": ["chroot", "/fifojail", "/bin/sleep", "infinity"]},
-            "late": {"command": ["iperf3", "--server"], "replicas": 0},
-        },
-        "bridges": ["s1"],
-        "links": [{"from": name, "to": "s1", "bandwidth": f"{rate}Mbps"}
-                  for name, rate in (("server", 20), ("client", 40), ("links", 10), ("jail", 10), ("fifo", 10),
-                                     ("late", 15))],
-        "events": [{"at": f"{JOIN_AT_S}s", "service": "late", "action": "join"}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "experiment": {"name": "hostile"},
+                "services": {
+                    "server": {"command": ["iperf3", "--server"]},
+                    "client": {"command": ["iperf3", "--server"]},
+                    "links": {
+                        "image": image,
+                        "command": ["sh", "-c", f"printf '{ODD_LINE_SH}' >> /etc/hosts; exec sleep infinity"],
+                    },
+                    "jail": {"image": image, "command": ["chroot", "/jail", "/bin/sleep", "infinity"]},
+                    "fifo": {"image": image, "command": ["chroot", "/fifojail", "/bin/sleep", "infinity"]},
+                    "late": {"command": ["iperf3", "--server"], "replicas": 0},
+                },
+                "bridges": ["s1"],
+                "links": [
+                    {"from": name, "to": "s1", "bandwidth": f"{rate}Mbps"}
+                    for name, rate in (
+                        ("server", 20),
+                        ("client", 40),
+                        ("links", 10),
+                        ("jail", 10),
+                        ("fifo", 10),
+                        ("late", 15),
+                    )
+                ],
+                "events": [{"at": f"{JOIN_AT_S}s", "service": "late", "action": "join"}],
+            }
+        )
+    )
 
 
 def test_links_and_fifos_planted_by_containers_change_nothing_outside_them(tmp_path, hostile_image, canaries):
@@ -113,8 +128,11 @@ def test_links_and_fifos_planted_by_containers_change_nothing_outside_them(tmp_p
         wait_listening(by_name["server"]["container"], (IPERF_PORT,))  # marked, so its command started
         wait_listening(by_name["late"]["container"], (IPERF_PORT,))
         ip_of = {name: inst["ip"] for name, inst in by_name.items()}
-        wait_for("every instance named in the server's and late's /etc/hosts",
-                 lambda: all(_resolved(by_name[where]["container"], ip_of) for where in ("server", "late")), 15)
+        wait_for(
+            "every instance named in the server's and late's /etc/hosts",
+            lambda: all(_resolved(by_name[where]["container"], ip_of) for where in ("server", "late")),
+            15,
+        )
         # A few rescans (every 2 s) after the join's rewrite: refusals are
         # not retried and said again at every scan or period.
         wait_for("t >= 10 s", lambda: (s := status()) and s["t_us"] >= 10_000_000, 30)
@@ -122,15 +140,27 @@ def test_links_and_fifos_planted_by_containers_change_nothing_outside_them(tmp_p
         for what, path in paths.items():
             with open(path, "rb") as handle:
                 assert handle.read() == CANARY_BYTES, f"the host's {what} canary was written through a link"
-        assert sorted(f"/tmp/{n}" for n in os.listdir("/tmp") if f"/tmp/{n}".startswith(prefix)) == \
-            sorted(paths.values())
+        assert sorted(f"/tmp/{n}" for n in os.listdir("/tmp") if f"/tmp/{n}".startswith(prefix)) == sorted(
+            paths.values()
+        )
         # The planted files are still what the containers made them.
-        assert docker("exec", by_name["links"]["container"], "readlink", "/tmp/collapsar-shaped").strip() == \
-            f"/proc/2/root{paths['mark']}"
-        assert docker("exec", by_name["jail"]["container"], "readlink", "/jail/etc/hosts").strip() == \
-            f"/proc/2/root{paths['hosts']}"
-        assert docker("exec", by_name["fifo"]["container"], "stat", "-c", "%F", "/fifojail/etc/hosts",
-                      "/fifojail/tmp/collapsar-shaped").split() == ["fifo", "fifo"]
+        assert (
+            docker("exec", by_name["links"]["container"], "readlink", "/tmp/collapsar-shaped").strip()
+            == f"/proc/2/root{paths['mark']}"
+        )
+        assert (
+            docker("exec", by_name["jail"]["container"], "readlink", "/jail/etc/hosts").strip()
+            == f"/proc/2/root{paths['hosts']}"
+        )
+        assert docker(
+            "exec",
+            by_name["fifo"]["container"],
+            "stat",
+            "-c",
+            "%F",
+            "/fifojail/etc/hosts",
+            "/fifojail/tmp/collapsar-shaped",
+        ).split() == ["fifo", "fifo"]
         with open(f"/proc/{by_name['links']['pid']}/root/etc/hosts", "rb") as handle:
             odd = handle.read()
         assert odd.count(ODD_LINE) == 1 and odd.count(hostsfile.BEGIN.encode()) == 1
@@ -139,18 +169,23 @@ def test_links_and_fifos_planted_by_containers_change_nothing_outside_them(tmp_p
         assert docker("exec", by_name["jail"]["container"], "cat", "/jail/tmp/collapsar-shaped") == "shaped\n"
 
         pid = {name: inst["pid"] for name, inst in by_name.items()}
-        warnings = [line for line in docker("logs", f"{PROJECT}_collapsar-manager_1").splitlines()
-                    if line.startswith("warning: ") and "throughput" not in line]
-        assert sorted(warnings) == sorted([
-            f"warning: fifo: cannot mark it shaped: /proc/{pid['fifo']}/root/tmp/collapsar-shaped is a FIFO, "
-            "not a regular file",
-            f"warning: fifo: instance names not written to /etc/hosts: /proc/{pid['fifo']}/root/etc/hosts is a "
-            "FIFO, not a regular file",
-            f"warning: jail: instance names not written to /etc/hosts: /proc/{pid['jail']}/root/etc/hosts is a "
-            "symbolic link, not a regular file",
-            f"warning: links: cannot mark it shaped: /proc/{pid['links']}/root/tmp/collapsar-shaped is a "
-            "symbolic link, not a regular file",
-        ])
+        warnings = [
+            line
+            for line in docker("logs", f"{PROJECT}_collapsar-manager_1").splitlines()
+            if line.startswith("warning: ") and "throughput" not in line
+        ]
+        assert sorted(warnings) == sorted(
+            [
+                f"warning: fifo: cannot mark it shaped: /proc/{pid['fifo']}/root/tmp/collapsar-shaped is a FIFO, "
+                "not a regular file",
+                f"warning: fifo: instance names not written to /etc/hosts: /proc/{pid['fifo']}/root/etc/hosts is a "
+                "FIFO, not a regular file",
+                f"warning: jail: instance names not written to /etc/hosts: /proc/{pid['jail']}/root/etc/hosts is a "
+                "symbolic link, not a regular file",
+                f"warning: links: cannot mark it shaped: /proc/{pid['links']}/root/tmp/collapsar-shaped is a "
+                "symbolic link, not a regular file",
+            ]
+        )
     finally:
         run(*base, "down", "-t", "2")
         wait_for("every container of the experiment removed", lambda: not labelled_containers(experiment), 90)
@@ -160,8 +195,12 @@ def test_links_and_fifos_planted_by_containers_change_nothing_outside_them(tmp_p
 
 def _all_shaped(experiment: str):
     snapshot = status()
-    if (snapshot and snapshot.get("run_id") == experiment and snapshot["t_us"] >= JOIN_AT_S * 1_000_000
-            and all(i["shaped"] for i in snapshot["instances"])):
+    if (
+        snapshot
+        and snapshot.get("run_id") == experiment
+        and snapshot["t_us"] >= JOIN_AT_S * 1_000_000
+        and all(i["shaped"] for i in snapshot["instances"])
+    ):
         return snapshot
     return None
 

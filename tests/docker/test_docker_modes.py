@@ -43,11 +43,14 @@ def test_swarm_stack_deploys_shapes_plays_and_leaves_nothing(tmp_path, images, s
         assert config["services"]["collapsar-bootstrap"]["deploy"]["mode"] == "global"
     else:  # Debian 12's docker CLI (20.10) has no `stack config`; `stack deploy` validates the same schema
         log("swarm: this docker CLI has no `stack config`; the file is validated by `stack deploy` alone")
-    seconds = exercise("swarm", experiment,
-                       deploy=lambda: docker("stack", "deploy", "-c", stack, STACK),
-                       remove=lambda: remove_stack(experiment),
-                       manager_filter=f"name=collapsar-manager-{experiment}",
-                       also=swarm_names_agree)
+    seconds = exercise(
+        "swarm",
+        experiment,
+        deploy=lambda: docker("stack", "deploy", "-c", stack, STACK),
+        remove=lambda: remove_stack(experiment),
+        manager_filter=f"name=collapsar-manager-{experiment}",
+        also=swarm_names_agree,
+    )
     assert seconds > 3  # `late` joins at t=3s: shaped only after its join
 
 
@@ -74,6 +77,7 @@ def overlay_dns_agrees(snapshot: dict) -> None:
     """Other nodes' instances are found through the overlay's DNS: on this
     one node it must name every instance with the address the engine gives."""
     from collapsar.manager.container.dnsaddr import DnsAddresses
+
     bootstrapper = docker("ps", "-q", "--filter", f"name={STACK}_collapsar-bootstrap").split()[0]
     pid = container_pid(bootstrapper)
     found = DnsAddresses(pid, STACK, ["server", "client", "late"])()
@@ -97,10 +101,13 @@ def test_compose_file_deploys_shapes_plays_and_leaves_nothing(tmp_path, images, 
         finally:
             run(*base, "down", "-t", "10")
 
-    seconds = exercise("compose", experiment,
-                       deploy=lambda: run(*base, "up", "-d"),
-                       remove=stop_manager_then_remove,
-                       manager_filter=f"label=com.docker.compose.project={PROJECT}")
+    seconds = exercise(
+        "compose",
+        experiment,
+        deploy=lambda: run(*base, "up", "-d"),
+        remove=stop_manager_then_remove,
+        manager_filter=f"label=com.docker.compose.project={PROJECT}",
+    )
     assert seconds > 3
 
 

@@ -65,8 +65,10 @@ def two_nodes(engine, images):
     the images copied to node 2, the nodes labelled 1 and 2."""
     state = docker("info", "-f", "{{.Swarm.LocalNodeState}}").strip()
     if state != "inactive":
-        pytest.fail(f"this engine is already in a swarm ({state}); the multi-node test makes its own: "
-                    f"`docker swarm leave --force` first")
+        pytest.fail(
+            f"this engine is already in a swarm ({state}); the multi-node test makes its own: "
+            f"`docker swarm leave --force` first"
+        )
     node2 = Node2()
     members = []  # the engines in the swarm, each a docker CLI
     try:
@@ -74,15 +76,27 @@ def two_nodes(engine, images):
         docker("swarm", "init", "--advertise-addr", HOST_IP, "--listen-addr", f"{HOST_IP}:2377")
         members.append(docker)
         token = docker("swarm", "join-token", "-q", "worker").strip()
-        node2.cli("swarm", "join", "--token", token, "--advertise-addr", NODE_IP,
-                  "--listen-addr", f"{NODE_IP}:2377", f"{HOST_IP}:2377")
+        node2.cli(
+            "swarm",
+            "join",
+            "--token",
+            token,
+            "--advertise-addr",
+            NODE_IP,
+            "--listen-addr",
+            f"{NODE_IP}:2377",
+            f"{HOST_IP}:2377",
+        )
         members.append(node2.cli)
         node2.load_images(IMAGE_MANAGER, IMAGE_NODE)
         for number, member in enumerate(members, start=1):
             node_id = member("info", "-f", "{{.Swarm.NodeID}}").strip()
             docker("node", "update", "--label-add", f"{NODE_LABEL}={number}", node_id)
-        wait_for("both nodes ready", lambda: docker("node", "ls", "--format", "{{.Status}}").split()
-                 == ["Ready", "Ready"], 30)
+        wait_for(
+            "both nodes ready",
+            lambda: docker("node", "ls", "--format", "{{.Status}}").split() == ["Ready", "Ready"],
+            30,
+        )
         yield node2
     finally:
         for member in reversed(members):  # the worker first: the manager is the swarm's last
@@ -117,8 +131,14 @@ def _both_up(experiment: str, node2: Node2):
 
 def _containers(engine_docker, experiment: str, role: str) -> dict[str, dict]:
     """container id (12) -> inspection, of this experiment's `role` on one node."""
-    ids = engine_docker("ps", "-q", "--filter", f"label=org.collapsar.experiment={experiment}",
-                        "--filter", f"label=org.collapsar.role={role}").split()
+    ids = engine_docker(
+        "ps",
+        "-q",
+        "--filter",
+        f"label=org.collapsar.experiment={experiment}",
+        "--filter",
+        f"label=org.collapsar.role={role}",
+    ).split()
     return {c["Id"][:12]: c for c in json.loads(engine_docker("inspect", *ids))} if ids else {}
 
 
@@ -160,8 +180,11 @@ def check_rates(snapshots: dict, ip_of: dict[str, str]) -> None:
             ifname = ifname_of(pid, inst["ip"])
             mtu = mtu_of(pid, ifname)
             by_dst, rates = classes_by_destination(pid, ifname), htb_rates(pid, ifname)
-            expected = {dst: htb_params(state.path(src, dst).rate_bps, wire_overhead=True,
-                                        mtu_bytes=mtu).rate_bytes_ps for dst in ip_of if dst != src}
+            expected = {
+                dst: htb_params(state.path(src, dst).rate_bps, wire_overhead=True, mtu_bytes=mtu).rate_bytes_ps
+                for dst in ip_of
+                if dst != src
+            }
             actual = {dst: rates.get(by_dst.get(ip, "missing")) for dst, ip in ip_of.items() if dst != src}
             assert actual == expected, f"{src}: htb rate (bytes/s) per destination"
 
@@ -175,17 +198,36 @@ def check_sharing(experiment: str, snapshots: dict, where: dict[str, int], engin
     by_name = {i["name"]: i for s in snapshots.values() for i in s["instances"] if i["shaped"]}
     server_ip = by_name["server"]["ip"]
     wait_listening(by_name["server"]["container"], (5201, 5202))  # the server is pinned to node 1
-    clients = [subprocess.Popen(["docker", *([] if where[name] == 1 else ["-H", f"unix://{node2.socket}"]),
-                                 "exec", by_name[name]["container"], "iperf3", "-c", server_ip, "-p", port,
-                                 "-t", str(SECONDS)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for name, port in (("client", "5201"), ("client-2", "5202"))]
+    clients = [
+        subprocess.Popen(
+            [
+                "docker",
+                *([] if where[name] == 1 else ["-H", f"unix://{node2.socket}"]),
+                "exec",
+                by_name[name]["container"],
+                "iperf3",
+                "-c",
+                server_ip,
+                "-p",
+                port,
+                "-t",
+                str(SECONDS),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, port in (("client", "5201"), ("client-2", "5202"))
+    ]
     for client in clients:
         _, err = client.communicate(timeout=SECONDS + 60)
         assert client.returncode == 0, err
     received = {name: _received_per_second(by_name["server"]["container"], name) for name in ("a", "b")}
-    log(f"two nodes: received per second (Mbit/s) from node {where['client']} "
+    log(
+        f"two nodes: received per second (Mbit/s) from node {where['client']} "
         f"{[round(r / 1e6, 2) for r in received['a']]}, from node {where['client-2']} "
-        f"{[round(r / 1e6, 2) for r in received['b']]}")
+        f"{[round(r / 1e6, 2) for r in received['b']]}"
+    )
     half = LINK_BPS / 2 * GOODPUT_SHARE
     for name, rates in received.items():  # seconds 2..8: both flows on, the first periods behind them
         rate = statistics.median(rates[2:8])
@@ -202,9 +244,10 @@ def check_sharing(experiment: str, snapshots: dict, where: dict[str, int], engin
         assert set(metadata["dropped_messages"]) <= {"own"}, (node, metadata)
         assert aeron["running"] and aeron["problem"] is None, (node, aeron)
         bootstrapper = next(iter(_containers(engines[node], experiment, "bootstrapper")))
-        assert os.stat(f"/proc/{aeron['driver_pid']}/ns/net").st_ino == \
-            os.stat(f"/proc/{container_pid_on(engines[node], bootstrapper)}/ns/net").st_ino, \
-            f"node {node}: the media driver is on the overlay"
+        assert (
+            os.stat(f"/proc/{aeron['driver_pid']}/ns/net").st_ino
+            == os.stat(f"/proc/{container_pid_on(engines[node], bootstrapper)}/ns/net").st_ino
+        ), f"node {node}: the media driver is on the overlay"
 
 
 def container_pid_on(engine_docker, container: str) -> int:
@@ -243,8 +286,12 @@ def test_container_mode_across_two_swarm_nodes(tmp_path, two_nodes):
     inodes: set[int] = set()
     try:
         snapshots = wait_for("both managers up, every instance shaped", lambda: _both_up(experiment, node2), 180)
-        inodes = {os.stat(f"/proc/{i['pid']}/ns/net").st_ino
-                  for s in snapshots.values() for i in s["instances"] if i["shaped"]}
+        inodes = {
+            os.stat(f"/proc/{i['pid']}/ns/net").st_ino
+            for s in snapshots.values()
+            for i in s["instances"]
+            if i["shaped"]
+        }
         where = check_placement(snapshots, engines, experiment)
         check_rates(snapshots, {i["name"]: i["ip"] for i in snapshots[1]["instances"]})
         check_sharing(experiment, snapshots, where, engines, node2)

@@ -63,24 +63,44 @@ def test_two_tcp_flows_share_the_bottleneck_on_swarm(tmp_path, images, swarm):
         aeron = snapshot["sharing"]["aeron"]
         assert snapshot["sharing"]["enabled"] and aeron["running"], snapshot["sharing"]
         bootstrapper = docker("ps", "-q", "--filter", f"name={STACK}_collapsar-bootstrap").split()[0]
-        assert os.stat(f"/proc/{aeron['driver_pid']}/ns/net").st_ino == \
-            os.stat(f"/proc/{container_pid(bootstrapper)}/ns/net").st_ino, "the media driver is on the overlay"
+        assert (
+            os.stat(f"/proc/{aeron['driver_pid']}/ns/net").st_ino
+            == os.stat(f"/proc/{container_pid(bootstrapper)}/ns/net").st_ino
+        ), "the media driver is on the overlay"
 
         by_name = {i["name"]: i for i in snapshot["instances"]}
         server_ip = by_name["server"]["ip"]
         wait_listening(by_name["server"]["container"], (5201, 5202))
-        clients = [subprocess.Popen(["docker", "exec", by_name[name]["container"], "iperf3", "-c", server_ip,
-                                     "-p", port, "-t", str(SECONDS)], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-                   for name, port in (("client", "5201"), ("client-2", "5202"))]
+        clients = [
+            subprocess.Popen(
+                [
+                    "docker",
+                    "exec",
+                    by_name[name]["container"],
+                    "iperf3",
+                    "-c",
+                    server_ip,
+                    "-p",
+                    port,
+                    "-t",
+                    str(SECONDS),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for name, port in (("client", "5201"), ("client-2", "5202"))
+        ]
         for client in clients:
             _, err = client.communicate(timeout=SECONDS + 60)
             assert client.returncode == 0, err
         shared = status()["sharing"]
         server = by_name["server"]["container"]
         received = {name: _received_per_second(server, name) for name in ("a", "b")}
-        log(f"swarm sharing: received per second (Mbit/s) a {[round(r / 1e6, 2) for r in received['a']]}, "
-            f"b {[round(r / 1e6, 2) for r in received['b']]}")
+        log(
+            f"swarm sharing: received per second (Mbit/s) a {[round(r / 1e6, 2) for r in received['a']]}, "
+            f"b {[round(r / 1e6, 2) for r in received['b']]}"
+        )
         half = LINK_BPS / 2 * GOODPUT_SHARE
         # Seconds 2..8: both flows run (the two `docker exec` start within a
         # fraction of a second) and the first periods are behind them.
@@ -98,6 +118,9 @@ def test_two_tcp_flows_share_the_bottleneck_on_swarm(tmp_path, images, swarm):
             wait_for("the stack's containers to go", lambda: not labelled_containers(experiment), 90)
             docker("stack", "rm", STACK)
         wait_for("every container of the experiment removed", lambda: not labelled_containers(experiment), 90)
-        wait_for("the manager container removed", lambda: not docker(
-            "ps", "-aq", "--filter", f"name=collapsar-manager-{experiment}").split(), 60)
+        wait_for(
+            "the manager container removed",
+            lambda: not docker("ps", "-aq", "--filter", f"name=collapsar-manager-{experiment}").split(),
+            60,
+        )
         remove_trace_volume(STACK)

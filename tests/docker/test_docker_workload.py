@@ -45,8 +45,7 @@ def test_a_chain_across_containers_leaves_its_traces_on_the_host(tmp_path, image
     run(*base, "up", "-d")
     try:
         summary_file = traces / "client.summary.json"
-        wait_for("the client's summary on the host", lambda: summary_file.exists() and summary_file.stat().st_size,
-                 120)
+        wait_for("the client's summary on the host", lambda: summary_file.exists() and summary_file.stat().st_size, 120)
         # Written once the client has its replies: complete when it exists.
         summary = json.loads(summary_file.read_text())
         log(f"compose workload: client summary {summary}")
@@ -60,8 +59,13 @@ def test_a_chain_across_containers_leaves_its_traces_on_the_host(tmp_path, image
         wait_for("no Collapsar process left", lambda: not collapsar_processes(), 30)
     # The nodes flush their spans as they stop: all there once the deployment is down.
     files = {path.name for path in traces.iterdir()}
-    assert {"front.spans.jsonl", "db.spans.jsonl", "client.spans.jsonl", "client.requests.csv",
-            "client.summary.json"} <= files, files
+    assert {
+        "front.spans.jsonl",
+        "db.spans.jsonl",
+        "client.spans.jsonl",
+        "client.requests.csv",
+        "client.summary.json",
+    } <= files, files
     for name in ("front", "db", "client"):
         assert (traces / f"{name}.spans.jsonl").stat().st_size > 0, name
     assert not docker("network", "ls", "-q", "--filter", f"label=org.collapsar.experiment={experiment}").split()

@@ -52,8 +52,9 @@ def version_2(tag, sender, sequence, flows):
     """The wire format before authentication (16-byte header, no tag)."""
     body = struct.pack(">2sBBIHIH", b"CX", 2, 0, tag, sender, sequence, len(flows))
     for flow in flows:
-        body += struct.pack(f">IB{len(flow.link_ids)}B", flow.rate_bps // 1000, len(flow.link_ids) | 0x80,
-                            *flow.link_ids)
+        body += struct.pack(
+            f">IB{len(flow.link_ids)}B", flow.rate_bps // 1000, len(flow.link_ids) | 0x80, *flow.link_ids
+        )
     return body
 
 
@@ -120,8 +121,7 @@ def main() -> int:
         for target in args.target:
             for n in range(args.forged):
                 sender = n % len(instances)
-                forger.send(target, guess.encode(Message(sender, 1_000_000 + n, claims[sender], epoch=n)),
-                            "forged")
+                forger.send(target, guess.encode(Message(sender, 1_000_000 + n, claims[sender], epoch=n)), "forged")
             for n in range(50):
                 sender = n % len(instances)
                 forger.send(target, version_2(tag, sender, 2_000_000 + n, claims[sender][:3]), "version")
@@ -146,9 +146,16 @@ def main() -> int:
             if not taken:  # back-pressured: the managers read no faster; leave them the CPU
                 time.sleep(0.0002)
         forger.wait(1.5)  # what Aeron took gets delivered before the driver stops
-        print(json.dumps({"taken": forger.taken, "replayed_senders": [struct.unpack_from(">H", d, 8)[0]
-                                                                      for d in replays],
-                          "flood_message_bytes": len(flood[0])}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "taken": forger.taken,
+                    "replayed_senders": [struct.unpack_from(">H", d, 8)[0] for d in replays],
+                    "flood_message_bytes": len(flood[0]),
+                }
+            ),
+            flush=True,
+        )
     finally:
         client.close()
         driver.stop()

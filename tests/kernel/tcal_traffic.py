@@ -29,8 +29,10 @@ def tc_json(ns: str, *what: str) -> list[dict]:
     return json.loads(run("tc", "-j", *what, ns=ns) or "[]")
 
 
-_CLASS = re.compile(r"^class htb (?P<handle>\S+) .*?prio (?P<prio>\d+) .*?rate (?P<rate>\S+) ceil (?P<ceil>\S+)"
-                    r" .*?burst (?P<burst>\S+) .*?mpu (?P<mpu>\d+)b")
+_CLASS = re.compile(
+    r"^class htb (?P<handle>\S+) .*?prio (?P<prio>\d+) .*?rate (?P<rate>\S+) ceil (?P<ceil>\S+)"
+    r" .*?burst (?P<burst>\S+) .*?mpu (?P<mpu>\d+)b"
+)
 _SENT = re.compile(r"Sent (?P<bytes>\d+) bytes (?P<packets>\d+) pkt \(dropped (?P<drops>\d+)")
 
 
@@ -65,8 +67,11 @@ class Iperf:
 
     def __init__(self, dst_ns: str, ip: str, port: int = 5201):
         self.dst_ns, self.ip, self.port = dst_ns, ip, port
-        self.server = subprocess.Popen(["ip", "netns", "exec", dst_ns, "iperf3", "-s", "-J", "-B", ip, "-p", str(port)],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.server = subprocess.Popen(
+            ["ip", "netns", "exec", dst_ns, "iperf3", "-s", "-J", "-B", ip, "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 10
         while f":{port}" not in run("ss", "-Hltn", ns=dst_ns):
             if time.monotonic() > deadline or self.server.poll() is not None:
@@ -78,9 +83,24 @@ class Iperf:
         # to it: at 1 Mbit/s a full 1000-packet queue takes 12 s.
         deadline = time.monotonic() + 30
         while True:
-            out = run("iperf3", "-c", self.ip, "-p", str(self.port), "-t", str(seconds), "-O", str(omit),
-                      "-i", str(interval), "-J", "--get-server-output", ns=src_ns,
-                      timeout=seconds + omit + 30, check=False)
+            out = run(
+                "iperf3",
+                "-c",
+                self.ip,
+                "-p",
+                str(self.port),
+                "-t",
+                str(seconds),
+                "-O",
+                str(omit),
+                "-i",
+                str(interval),
+                "-J",
+                "--get-server-output",
+                ns=src_ns,
+                timeout=seconds + omit + 30,
+                check=False,
+            )
             report = json.loads(out)
             error = report.get("error", "" if "server_output_json" in report else "no server report")
             if not error:

@@ -28,8 +28,9 @@ CODEC = Codec(TAG, 300, instances=3, key=KEY)  # > 255 links: two-byte link ids 
 
 
 def message(sender, sequence):
-    return Message(sender, sequence, (FlowReport((sequence % 300, 299), 1_000_000 * (sequence + 1)),
-                                      FlowReport((7,), 250_000)))
+    return Message(
+        sender, sequence, (FlowReport((sequence % 300, 299), 1_000_000 * (sequence + 1)), FlowReport((7,), 250_000))
+    )
 
 
 def shm_dir(tag):
@@ -66,8 +67,9 @@ def pump(endpoints, until, timeout_s=15.0):
 
 
 def offer_until_taken(client, publication, payload, timeout_s=15.0):
-    assert pump([client.do_work], lambda: publication.offer(payload), timeout_s), \
+    assert pump([client.do_work], lambda: publication.offer(payload), timeout_s), (
         f"{publication.channel}: never taken (connected={publication.is_connected()})"
+    )
 
 
 ECHO = textwrap.dedent(
@@ -101,8 +103,12 @@ ECHO = textwrap.dedent(
 def test_two_processes_exchange_metadata_over_ipc(drivers):
     driver = drivers("ipc")
     count = 20
-    echo = subprocess.Popen([sys.executable, "-c", ECHO, str(driver.aeron_dir), str(count)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    echo = subprocess.Popen(
+        [sys.executable, "-c", ECHO, str(driver.aeron_dir), str(count)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     client = Client(driver.aeron_dir)
     try:
         outbound = client.add_publication(ipc_channel(), 1001)
@@ -113,8 +119,10 @@ def test_two_processes_exchange_metadata_over_ipc(drivers):
         replies = []
         for sequence in range(count):
             offer_until_taken(client, outbound, CODEC.encode(message(1, sequence)))
-        assert pump([client.do_work], lambda: replies.extend(filter(None, map(inbox.accept, inbound.poll())))
-                    or len(replies) >= count)
+        assert pump(
+            [client.do_work],
+            lambda: replies.extend(filter(None, map(inbox.accept, inbound.poll()))) or len(replies) >= count,
+        )
     finally:
         client.close()
     out, err = echo.communicate(timeout=30)
@@ -128,8 +136,9 @@ def test_two_processes_exchange_metadata_over_ipc(drivers):
 
 def rx_bytes(ns, ifname):
     path = f"/sys/class/net/{ifname}/statistics/rx_bytes"
-    return int(subprocess.run(["ip", "netns", "exec", ns, "cat", path], check=True,
-                              capture_output=True, text=True).stdout)
+    return int(
+        subprocess.run(["ip", "netns", "exec", ns, "cat", path], check=True, capture_output=True, text=True).stdout
+    )
 
 
 def udp_pair(make_netns_pair, drivers, driver_timeout_ms=2000):
@@ -217,14 +226,22 @@ def test_driver_dies_with_the_manager_that_started_it(tmp_path):
     # A manager killed by SIGKILL cannot stop its driver: the driver gets
     # SIGTERM from the kernel (PR_SET_PDEATHSIG), shuts down, removes its dir.
     aeron_dir = shm_dir("orphan")
-    starter = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    starter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import time
         from collapsar.manager.aeron_driver import MediaDriver
-        driver = MediaDriver({aeron_dir!r}, log_path={str(tmp_path / 'driver.log')!r})
+        driver = MediaDriver({aeron_dir!r}, log_path={str(tmp_path / "driver.log")!r})
         driver.start()
         print(driver.pid, flush=True)
         time.sleep(60)
-        """)], stdout=subprocess.PIPE, text=True)
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         pid = int(starter.stdout.readline())
         assert os.path.exists(f"/proc/{pid}")

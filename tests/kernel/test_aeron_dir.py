@@ -22,8 +22,9 @@ NOBODY = 65534
 
 
 def as_nobody(*argv, check=True):
-    return subprocess.run(argv, user=NOBODY, group=NOBODY, extra_groups=[], capture_output=True, text=True,
-                          check=check, timeout=60)
+    return subprocess.run(
+        argv, user=NOBODY, group=NOBODY, extra_groups=[], capture_output=True, text=True, check=check, timeout=60
+    )
 
 
 @pytest.fixture

@@ -60,8 +60,14 @@ def made():
 
 
 def cleanup(state: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, "cleanup", *args], capture_output=True, text=True, timeout=60,
-                          cwd=cwd, env={**os.environ, "COLLAPSAR_STATE_DIR": str(state)})
+    return subprocess.run(
+        [*CLI, "cleanup", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env={**os.environ, "COLLAPSAR_STATE_DIR": str(state)},
+    )
 
 
 def dead_manager(run_id: str, run_dir: Path) -> dict:
@@ -129,17 +135,22 @@ def test_a_journal_in_the_current_directory_is_never_read(tmp_path, state, run_i
     victim = f"h2cwd{os.getpid() % 10000}"
     add_link(made, victim)
     cwd = tmp_path / "cwd"
-    write_journal(cwd / run_id / "journal.jsonl", [dead_manager(run_id, cwd / run_id),
-                                                   {"kind": "bridge", "name": victim}])
+    write_journal(
+        cwd / run_id / "journal.jsonl", [dead_manager(run_id, cwd / run_id), {"kind": "bridge", "name": victim}]
+    )
     by_id = cleanup(state, run_id, cwd=cwd)
     assert by_id.returncode == 1 and link_exists(victim)
-    assert by_id.stderr == (f"collapsar: cleanup {run_id}: no such run; expected a run id from "
-                            f"{state / 'journals'} (active or stale: none) or the directory of one of those runs\n")
+    assert by_id.stderr == (
+        f"collapsar: cleanup {run_id}: no such run; expected a run id from "
+        f"{state / 'journals'} (active or stale: none) or the directory of one of those runs\n"
+    )
     by_path = cleanup(state, f"./{run_id}", cwd=cwd)
     assert by_path.returncode == 1 and link_exists(victim)
-    assert by_path.stderr == (f"collapsar: cleanup ./{run_id}: {(cwd / run_id).resolve()} is not the run "
-                              f"directory of any run in {state / 'index'}; cleanup reads journals only "
-                              f"from {state / 'journals'}\n")
+    assert by_path.stderr == (
+        f"collapsar: cleanup ./{run_id}: {(cwd / run_id).resolve()} is not the run "
+        f"directory of any run in {state / 'index'}; cleanup reads journals only "
+        f"from {state / 'journals'}\n"
+    )
 
 
 def test_a_hosts_record_outside_the_runs_etc_netns_is_refused(tmp_path, state, run_id, made):
@@ -152,14 +163,20 @@ def test_a_hosts_record_outside_the_runs_etc_netns_is_refused(tmp_path, state, r
     ns = f"cx-{run_id}-a"
     Path(f"/etc/netns/{ns}").mkdir()  # so that a path through it resolves
     made["paths"].append(Path(f"/etc/netns/{ns}"))
-    for path, why in ((str(outside), f"hosts record {str(outside)!r}"),
-                      (f"/etc/netns/{ns}/../../..{outside}", "hosts record '/etc/netns/"),
-                      (str(other / "hosts"), f"hosts record '{other}/hosts'")):
-        journal = write_journal(state / "journals" / f"{run_id}.jsonl", [
-            dead_manager(run_id, tmp_path), {"kind": "netns", "name": ns, "instance": "a"},
-            {"kind": "hosts", "path": path}])
-        assert_refused(cleanup(state, run_id), run_id, f"{journal}:3: ", why,
-                       f"expected /etc/netns/{ns}/hosts")
+    for path, why in (
+        (str(outside), f"hosts record {str(outside)!r}"),
+        (f"/etc/netns/{ns}/../../..{outside}", "hosts record '/etc/netns/"),
+        (str(other / "hosts"), f"hosts record '{other}/hosts'"),
+    ):
+        journal = write_journal(
+            state / "journals" / f"{run_id}.jsonl",
+            [
+                dead_manager(run_id, tmp_path),
+                {"kind": "netns", "name": ns, "instance": "a"},
+                {"kind": "hosts", "path": path},
+            ],
+        )
+        assert_refused(cleanup(state, run_id), run_id, f"{journal}:3: ", why, f"expected /etc/netns/{ns}/hosts")
         assert outside.read_bytes() == text and (other / "hosts").read_bytes() == text
         journal.unlink()
 
@@ -172,11 +189,17 @@ def test_a_link_the_run_did_not_create_is_refused(tmp_path, state, run_id, made,
         add_link(made, name)
     expected = f"cx{run_id}v1" if kind == "veth" else f"cx{run_id}br"
     for name in foreign:
-        journal = write_journal(state / "journals" / f"{run_id}.jsonl", [
-            dead_manager(run_id, tmp_path), {"kind": "netns", "name": f"cx-{run_id}-a", "instance": "a"},
-            {"kind": kind, "name": name, "instance": "a"}])
-        assert_refused(cleanup(state, run_id), run_id, f"{journal}:3: {kind} record {name!r}: not",
-                       f"expected {expected}")
+        journal = write_journal(
+            state / "journals" / f"{run_id}.jsonl",
+            [
+                dead_manager(run_id, tmp_path),
+                {"kind": "netns", "name": f"cx-{run_id}-a", "instance": "a"},
+                {"kind": kind, "name": name, "instance": "a"},
+            ],
+        )
+        assert_refused(
+            cleanup(state, run_id), run_id, f"{journal}:3: {kind} record {name!r}: not", f"expected {expected}"
+        )
         assert all(link_exists(link) for link in foreign)
         journal.unlink()
 
@@ -186,13 +209,20 @@ def test_a_process_the_run_did_not_start_is_refused_and_nothing_else_is_removed(
     inode = add_netns(made, ns)  # the run's own namespace: valid, but must stay (nothing half-applied)
     foreign = start_sleep(made)  # the test's own process, in the host's namespace
     start = process_start_time(foreign.pid)
-    journal = write_journal(state / "journals" / f"{run_id}.jsonl", [
-        dead_manager(run_id, tmp_path), {"kind": "netns", "name": ns, "instance": "a"},
-        {"kind": "netns_inode", "name": ns, "inode": inode},
-        {"kind": "process", "instance": "a", "pid": foreign.pid, "start_time": start}])
-    assert_refused(cleanup(state, run_id), run_id,
-                   f"{journal}:4: process record pid {foreign.pid} (instance a): it is not in the run's "
-                   f"namespace {ns}")
+    journal = write_journal(
+        state / "journals" / f"{run_id}.jsonl",
+        [
+            dead_manager(run_id, tmp_path),
+            {"kind": "netns", "name": ns, "instance": "a"},
+            {"kind": "netns_inode", "name": ns, "inode": inode},
+            {"kind": "process", "instance": "a", "pid": foreign.pid, "start_time": start},
+        ],
+    )
+    assert_refused(
+        cleanup(state, run_id),
+        run_id,
+        f"{journal}:4: process record pid {foreign.pid} (instance a): it is not in the run's namespace {ns}",
+    )
     assert alive(foreign) and os.stat(f"/run/netns/{ns}").st_ino == inode
 
 
@@ -202,11 +232,19 @@ def test_a_namespace_name_outside_run_netns_is_refused(tmp_path, state, run_id, 
     inside = start_sleep(made, bystander)
     outside, text = canary(tmp_path)
     for name in (f"/run/netns/{bystander}", f"../../..{outside}", f"cx-{run_id}-a/../{bystander}"):
-        journal = write_journal(state / "journals" / f"{run_id}.jsonl", [
-            dead_manager(run_id, tmp_path), {"kind": "netns", "name": name, "instance": "a"},
-            {"kind": "netns_inode", "name": name, "inode": inode}])
-        assert_refused(cleanup(state, run_id), run_id, f"{journal}:2: netns record {name!r} (instance a): "
-                       f"not a namespace of run {run_id}; expected cx-{run_id}-a")
+        journal = write_journal(
+            state / "journals" / f"{run_id}.jsonl",
+            [
+                dead_manager(run_id, tmp_path),
+                {"kind": "netns", "name": name, "instance": "a"},
+                {"kind": "netns_inode", "name": name, "inode": inode},
+            ],
+        )
+        assert_refused(
+            cleanup(state, run_id),
+            run_id,
+            f"{journal}:2: netns record {name!r} (instance a): not a namespace of run {run_id}; expected cx-{run_id}-a",
+        )
         assert os.stat(f"/run/netns/{bystander}").st_ino == inode and alive(inside)
         assert outside.read_bytes() == text
         journal.unlink()
@@ -214,22 +252,28 @@ def test_a_namespace_name_outside_run_netns_is_refused(tmp_path, state, run_id, 
 
 def test_a_symlinked_journal_is_refused(tmp_path, state, run_id, made):
     outside, text = canary(tmp_path)
-    crafted = write_journal(tmp_path / "crafted.jsonl", [
-        dead_manager(run_id, tmp_path), {"kind": "hosts", "path": str(outside)}])
+    crafted = write_journal(
+        tmp_path / "crafted.jsonl", [dead_manager(run_id, tmp_path), {"kind": "hosts", "path": str(outside)}]
+    )
     link = state / "journals" / f"{run_id}.jsonl"
     link.symlink_to(crafted)
     assert_refused(cleanup(state, run_id), run_id, f"journal {link}: a symlink; expected a regular file")
     assert outside.read_bytes() == text
 
 
-@pytest.mark.parametrize("owner, mode, why", [
-    (NOBODY, 0o600, f"owned by uid {NOBODY}; expected root"),
-    (0, 0o666, "writable by group or others (mode 0666); expected 0600"),
-])
+@pytest.mark.parametrize(
+    "owner, mode, why",
+    [
+        (NOBODY, 0o600, f"owned by uid {NOBODY}; expected root"),
+        (0, 0o666, "writable by group or others (mode 0666); expected 0600"),
+    ],
+)
 def test_a_journal_others_could_write_is_refused(tmp_path, state, run_id, owner, mode, why):
     outside, text = canary(tmp_path)
-    journal = write_journal(state / "journals" / f"{run_id}.jsonl", [
-        dead_manager(run_id, tmp_path), {"kind": "hosts", "path": str(outside)}])
+    journal = write_journal(
+        state / "journals" / f"{run_id}.jsonl",
+        [dead_manager(run_id, tmp_path), {"kind": "hosts", "path": str(outside)}],
+    )
     os.chown(journal, owner, -1)
     os.chmod(journal, mode)
     assert_refused(cleanup(state, run_id), run_id, f"journal {journal}: {why}")
@@ -246,9 +290,13 @@ def test_a_run_directory_replaced_by_a_symlink_is_not_written_through(tmp_path, 
     real = base / run_id
     real.mkdir(parents=True, mode=0o700)
     identity = os.stat(real)
-    write_journal(state / "journals" / f"{run_id}.jsonl", [
-        {**dead_manager(run_id, real), "run_dir_dev": identity.st_dev, "run_dir_ino": identity.st_ino},
-        {"kind": "netns", "name": ns, "instance": "a"}])
+    write_journal(
+        state / "journals" / f"{run_id}.jsonl",
+        [
+            {**dead_manager(run_id, real), "run_dir_dev": identity.st_dev, "run_dir_ino": identity.st_ino},
+            {"kind": "netns", "name": ns, "instance": "a"},
+        ],
+    )
     (state / "index").mkdir()
     (state / "index" / run_id).symlink_to(real)
     outside, text = canary(tmp_path)
@@ -261,23 +309,33 @@ def test_a_run_directory_replaced_by_a_symlink_is_not_written_through(tmp_path, 
     result = cleanup(state, run_id)
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert f"{run_id}: deleted netns {ns}" in result.stdout and not os.path.exists(f"/run/netns/{ns}")
-    assert result.stderr == (f"collapsar: cleanup {run_id}: leftovers removed, but {real} is not the run "
-                             f"directory the run created (replaced or a symlink); its journal was not "
-                             f"copied there\n")
+    assert result.stderr == (
+        f"collapsar: cleanup {run_id}: leftovers removed, but {real} is not the run "
+        f"directory the run created (replaced or a symlink); its journal was not "
+        f"copied there\n"
+    )
     assert outside.read_bytes() == text
     assert (elsewhere / "journal.jsonl").is_symlink() and (elsewhere / "journal.jsonl.tmp").is_symlink()
     assert not (state / "journals" / f"{run_id}.jsonl").exists() and not (state / "index" / run_id).exists()
 
 
-@pytest.mark.parametrize("owner, mode, why", [
-    (NOBODY, 0o755, f"owned by uid {NOBODY}; expected root; fix: chown root "),
-    (0, 0o777, "writable by group or others (mode 0777); expected a directory only root can write; "
-               "fix: chmod go-w "),
-])
+@pytest.mark.parametrize(
+    "owner, mode, why",
+    [
+        (NOBODY, 0o755, f"owned by uid {NOBODY}; expected root; fix: chown root "),
+        (
+            0,
+            0o777,
+            "writable by group or others (mode 0777); expected a directory only root can write; fix: chmod go-w ",
+        ),
+    ],
+)
 def test_a_state_directory_others_control_is_refused(tmp_path, state, run_id, made, owner, mode, why):
     outside, text = canary(tmp_path)
-    write_journal(state / "journals" / f"{run_id}.jsonl", [
-        dead_manager(run_id, tmp_path), {"kind": "hosts", "path": str(outside)}])
+    write_journal(
+        state / "journals" / f"{run_id}.jsonl",
+        [dead_manager(run_id, tmp_path), {"kind": "hosts", "path": str(outside)}],
+    )
     os.chown(state, owner, -1)
     os.chmod(state, mode)
     result = cleanup(state, run_id)
@@ -297,17 +355,28 @@ def test_a_journal_of_the_runs_own_records_is_cleaned(tmp_path, state, run_id, m
     for link in (f"cx{run_id}br", f"cx{run_id}v1"):
         add_link(made, link)
     inside = start_sleep(made, ns)
-    journal = write_journal(state / "journals" / f"{run_id}.jsonl", [
-        dead_manager(run_id, tmp_path), {"kind": "bridge", "name": f"cx{run_id}br"},
-        {"kind": "netns", "name": ns, "instance": "a"}, {"kind": "netns_inode", "name": ns, "inode": inode},
-        {"kind": "hosts", "path": str(hosts)}, {"kind": "veth", "name": f"cx{run_id}v1", "instance": "a"},
-        {"kind": "process", "instance": "a", "pid": inside.pid, "start_time": process_start_time(inside.pid)}])
+    journal = write_journal(
+        state / "journals" / f"{run_id}.jsonl",
+        [
+            dead_manager(run_id, tmp_path),
+            {"kind": "bridge", "name": f"cx{run_id}br"},
+            {"kind": "netns", "name": ns, "instance": "a"},
+            {"kind": "netns_inode", "name": ns, "inode": inode},
+            {"kind": "hosts", "path": str(hosts)},
+            {"kind": "veth", "name": f"cx{run_id}v1", "instance": "a"},
+            {"kind": "process", "instance": "a", "pid": inside.pid, "start_time": process_start_time(inside.pid)},
+        ],
+    )
     result = cleanup(state, run_id)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        f"{run_id}: killed pid {inside.pid} (a)", f"{run_id}: deleted link cx{run_id}v1",
-        f"{run_id}: deleted link cx{run_id}br", f"{run_id}: deleted netns {ns}", f"{run_id}: removed {hosts}",
-        f"{run_id}: clean (5 leftovers removed)"]
+        f"{run_id}: killed pid {inside.pid} (a)",
+        f"{run_id}: deleted link cx{run_id}v1",
+        f"{run_id}: deleted link cx{run_id}br",
+        f"{run_id}: deleted netns {ns}",
+        f"{run_id}: removed {hosts}",
+        f"{run_id}: clean (5 leftovers removed)",
+    ]
     assert inside.wait(5) == -signal.SIGKILL
     assert not os.path.exists(f"/run/netns/{ns}") and not hosts.parent.exists()
     assert not link_exists(f"cx{run_id}br") and not link_exists(f"cx{run_id}v1")
@@ -318,16 +387,22 @@ def test_all_stale_cleans_the_runs_own_journals_and_refuses_the_crafted_one(tmp_
     good, crafted = sorted(secrets.token_hex(3) for _ in range(2))
     ns = f"cx-{good}-a"
     add_netns(made, ns)
-    write_journal(state / "journals" / f"{good}.jsonl", [
-        dead_manager(good, tmp_path), {"kind": "netns", "name": ns, "instance": "a"}])
+    write_journal(
+        state / "journals" / f"{good}.jsonl",
+        [dead_manager(good, tmp_path), {"kind": "netns", "name": ns, "instance": "a"}],
+    )
     outside, text = canary(tmp_path)
-    journal = write_journal(state / "journals" / f"{crafted}.jsonl", [
-        dead_manager(crafted, tmp_path), {"kind": "hosts", "path": str(outside)}])
+    journal = write_journal(
+        state / "journals" / f"{crafted}.jsonl",
+        [dead_manager(crafted, tmp_path), {"kind": "hosts", "path": str(outside)}],
+    )
     result = cleanup(state, "--all-stale")
     assert result.returncode == 1
     assert result.stdout.splitlines() == [f"{good}: deleted netns {ns}", f"{good}: clean (1 leftovers removed)"]
-    assert result.stderr == (f"collapsar: cleanup {crafted}: refused, nothing removed: {journal}:2: hosts record "
-                             f"{str(outside)!r}: not a hosts file of run {crafted}; expected the hosts file of a "
-                             f"recorded namespace (there is none)\n")
+    assert result.stderr == (
+        f"collapsar: cleanup {crafted}: refused, nothing removed: {journal}:2: hosts record "
+        f"{str(outside)!r}: not a hosts file of run {crafted}; expected the hosts file of a "
+        f"recorded namespace (there is none)\n"
+    )
     assert outside.read_bytes() == text and journal.exists()
     assert not os.path.exists(f"/run/netns/{ns}") and not (state / "journals" / f"{good}.jsonl").exists()

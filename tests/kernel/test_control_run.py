@@ -35,8 +35,9 @@ _SCALE = {"G": 1e9, "M": 1e6, "K": 1e3, "": 1}
 
 def leaf_rates(netns: str) -> list[float]:
     """htb leaf class rates (bit/s) on the instance's eth0, sorted."""
-    out = subprocess.run(["tc", "-n", netns, "class", "show", "dev", "eth0"], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["tc", "-n", netns, "class", "show", "dev", "eth0"], check=True, capture_output=True, text=True
+    ).stdout
     rates = []
     for line in out.splitlines():
         match = _RATE.search(line)
@@ -47,8 +48,7 @@ def leaf_rates(netns: str) -> list[float]:
 
 
 def post(base: str, action: str, body: dict | None, token: str | None) -> tuple[int, dict]:
-    request = urllib.request.Request(f"{base}/control/{action}", method="POST",
-                                     data=json.dumps(body or {}).encode())
+    request = urllib.request.Request(f"{base}/control/{action}", method="POST", data=json.dumps(body or {}).encode())
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -76,15 +76,31 @@ def wait_until(predicate, timeout_s: float = 5.0) -> bool:
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("control")
     (tmp / "control.yaml").write_text(TOPOLOGY)
-    cli = Cli("run", str(tmp / "control.yaml"), "--duration", "60s", "--wait-start",
-              "--subnet", "10.79.0.0/24", "--run-dir", str(tmp / "runs"), "--grace", "1s")
+    cli = Cli(
+        "run",
+        str(tmp / "control.yaml"),
+        "--duration",
+        "60s",
+        "--wait-start",
+        "--subnet",
+        "10.79.0.0/24",
+        "--run-dir",
+        str(tmp / "runs"),
+        "--grace",
+        "1s",
+    )
     try:
         cli.wait_line("waiting for start", 60)
         run_dir = tmp / "runs" / run_id_of(cli.lines)
         token = (run_dir / "control-token").read_text().strip()
         base = f"http://127.0.0.1:{int((run_dir / 'status-port').read_text())}"
-        yield {"cli": cli, "dir": run_dir, "token": token, "base": base,
-               "ns": lambda name: f"cx-{run_id_of(cli.lines)}-{name}"}
+        yield {
+            "cli": cli,
+            "dir": run_dir,
+            "token": token,
+            "base": base,
+            "ns": lambda name: f"cx-{run_id_of(cli.lines)}-{name}",
+        }
     finally:
         cli.kill()
 
@@ -99,15 +115,15 @@ def test_wait_start_then_start(run):
     status = get(run["base"], "/status")
     assert status["state"] == "waiting" and status["t_us"] == 0
     assert {i["status"] for i in status["instances"]} == {"absent"}
-    assert leaf_rates(run["ns"]("c1")) == pytest.approx([20e6 * 1514 / 1538, 50e6 * 1514 / 1538],
-                                                        rel=0.01)  # shaping in place before start
+    assert leaf_rates(run["ns"]("c1")) == pytest.approx(
+        [20e6 * 1514 / 1538, 50e6 * 1514 / 1538], rel=0.01
+    )  # shaping in place before start
     assert post(run["base"], "start", None, None)[0] == 401
     assert post(run["base"], "start", None, "wrong-token")[0] == 401
     assert get(run["base"], "/status")["state"] == "waiting"
     code, reply = post(run["base"], "start", None, run["token"])
     assert (code, reply) == (200, {"ok": True, "state": "starting"})
-    assert wait_until(lambda: {i["status"] for i in get(run["base"], "/status")["instances"]}
-                      == {"up"})
+    assert wait_until(lambda: {i["status"] for i in get(run["base"], "/status")["instances"]} == {"up"})
     assert post(run["base"], "start", None, run["token"])[0] == 409
 
 
@@ -125,18 +141,16 @@ def test_adhoc_change_moves_htb_and_persists(run):
     assert leaf_rates(run["ns"]("srv"))[0] == pytest.approx(c1_before[0] / 2, rel=0.005)  # srv -> c1
     # The file's event at 1.5 s changes c2's link; c1's ad-hoc rate stays.
     assert wait_until(lambda: get(base, "/events")["pending"] == 0)
-    assert leaf_rates(run["ns"]("c1")) == pytest.approx([c1_before[1] * 0.1, c1_before[1] * 0.2],
-                                                        rel=0.005)
+    assert leaf_rates(run["ns"]("c1")) == pytest.approx([c1_before[1] * 0.1, c1_before[1] * 0.2], rel=0.005)
     labels = [(e["label"], e["adhoc"]) for e in get(base, "/events")["applied"]]
-    assert labels == [("ad-hoc: link c1 -- sw set bandwidth=10Mbps", True),
-                      ("link c2 -- sw set", False)]
+    assert labels == [("ad-hoc: link c1 -- sw set bandwidth=10Mbps", True), ("link c2 -- sw set", False)]
 
 
 def test_bad_change_is_one_clear_400(run):
-    code, reply = post(run["base"], "link", {"link": ["c1", "sw"], "set": {"bandwidth": "fast"}},
-                       run["token"])
-    assert code == 400 and reply["error"].startswith("link change refused: link c1 -> sw: set: "
-                                                     "bandwidth: expected a rate")
+    code, reply = post(run["base"], "link", {"link": ["c1", "sw"], "set": {"bandwidth": "fast"}}, run["token"])
+    assert code == 400 and reply["error"].startswith(
+        "link change refused: link c1 -> sw: set: bandwidth: expected a rate"
+    )
 
 
 def test_stop_tears_down(run):

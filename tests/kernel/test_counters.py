@@ -28,6 +28,7 @@ def sh(*argv: str, ns: str | None = None, **kwargs) -> subprocess.CompletedProce
     prefix = ["ip", "netns", "exec", ns] if ns else []
     return subprocess.run([*prefix, *argv], check=True, text=True, capture_output=True, **kwargs)
 
+
 pytestmark = pytest.mark.root
 
 MTU = 1500
@@ -80,8 +81,11 @@ def transfer(pair, amounts: dict[str, int]) -> tuple[dict[str, int], dict[str, t
     """Send amounts[ip] bytes to each ip over TCP, one destination at a time;
     returns the MSS per ip and what the receiver's veth got per ip (bytes,
     skbs), read between the transfers."""
-    recv = subprocess.Popen(["ip", "netns", "exec", pair.dst_ns, sys.executable, "-c", RECEIVER,
-                             str(len(amounts)), str(PORT)], stdout=subprocess.PIPE, text=True)
+    recv = subprocess.Popen(
+        ["ip", "netns", "exec", pair.dst_ns, sys.executable, "-c", RECEIVER, str(len(amounts)), str(PORT)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     mss, received = {}, {}
     try:
         assert recv.stdout.readline().strip() == "ready"
@@ -192,8 +196,10 @@ def test_wire_bytes_match_what_the_receiver_got(make_netns_pair, gso):
 def udp_burst(pair, dsts: list[str], payload: int) -> None:
     """One UDP datagram to each address, routed via the receiver so no ARP is
     needed for addresses nobody owns (the receiver drops them: fine)."""
-    code = ("import socket,sys\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
-            "for ip in sys.argv[2:]: s.sendto(b'x'*int(sys.argv[1]),(ip,9))")
+    code = (
+        "import socket,sys\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+        "for ip in sys.argv[2:]: s.sendto(b'x'*int(sys.argv[1]),(ip,9))"
+    )
     sh(sys.executable, "-c", code, str(payload), *dsts, ns=pair.src_ns)
 
 
@@ -231,8 +237,9 @@ def test_full_map_evicts_instead_of_failing(make_netns_pair):
 
 
 def tc_show(pair, *what: str) -> str:
-    return sh("tc", *what, "show", "dev", pair.src_if, *(["egress"] if what == ("filter",) else []),
-              ns=pair.src_ns).stdout
+    return sh(
+        "tc", *what, "show", "dev", pair.src_if, *(["egress"] if what == ("filter",) else []), ns=pair.src_ns
+    ).stdout
 
 
 def test_detach_leaves_no_filter_and_no_clsact(make_netns_pair):
@@ -284,8 +291,23 @@ def test_a_users_clsact_and_filter_survive_and_still_see_packets(make_netns_pair
     pair = make_netns_pair()
     sh("tc", "qdisc", "add", "dev", pair.src_if, "clsact", ns=pair.src_ns)
     # Lower priority (larger pref) than ours: it runs after our program.
-    sh("tc", "filter", "add", "dev", pair.src_if, "egress", "pref", "60000", "bpf", "da",
-       "obj", str(cx.TCAL_DIR / "build" / "counters.bpf.o"), "sec", "tc", ns=pair.src_ns)
+    sh(
+        "tc",
+        "filter",
+        "add",
+        "dev",
+        pair.src_if,
+        "egress",
+        "pref",
+        "60000",
+        "bpf",
+        "da",
+        "obj",
+        str(cx.TCAL_DIR / "build" / "counters.bpf.o"),
+        "sec",
+        "tc",
+        ns=pair.src_ns,
+    )
     with Counters(pair.src_if, pair.src_ns) as c:
         sh("ping", "-c", "3", "-i", "0.2", pair.dst_ips[0], ns=pair.src_ns)
         assert c.read()[pair.dst_ips[0]].packets == 3
@@ -332,12 +354,15 @@ def test_detach_after_the_namespace_is_gone(make_netns_pair):
 
 def test_without_capabilities_the_fix_is_to_run_as_root():
     # Root with an empty capability bounding set: exactly the missing privilege.
-    code = ("from collapsar.tcal.counters import Counters\n"
-            "from collapsar.errors import EnvironmentProblem\n"
-            "try:\n    Counters('lo').attach()\n"
-            "except EnvironmentProblem as e:\n    print(e.fix)")
-    out = subprocess.run(["setpriv", "--bounding-set=-all", sys.executable, "-c", code],
-                         capture_output=True, text=True, check=True).stdout
+    code = (
+        "from collapsar.tcal.counters import Counters\n"
+        "from collapsar.errors import EnvironmentProblem\n"
+        "try:\n    Counters('lo').attach()\n"
+        "except EnvironmentProblem as e:\n    print(e.fix)"
+    )
+    out = subprocess.run(
+        ["setpriv", "--bounding-set=-all", sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "needs CAP_BPF and CAP_NET_ADMIN: run as root"
 
 

@@ -22,7 +22,10 @@ def test_local_iperf_holds_each_rate_and_applies_the_change(tmp_path):
     assert run.code == 0, run.describe()
     assert "stopping: every command has exited" in run.stdout
     assert {name: i["status"] for name, i in run.instances().items()} == {
-        "server": "exited(0)", "client": "exited(0)", "client-b": "exited(0)"}
+        "server": "exited(0)",
+        "client": "exited(0)",
+        "client-b": "exited(0)",
+    }
     (event,) = run.events()
     assert (event["label"], event["error"]) == ("link client-b -- switch set", None)
     flows = run.flows()

@@ -62,15 +62,15 @@ def test_second_run_fails_status_api_serves_and_sigterm_tears_down(tmp_path):
         run_id = run_id_of(first.lines)
         second = subprocess.run([*CLI, "run", topology], capture_output=True, text=True, timeout=60)
         assert second.returncode == 5
-        assert second.stderr.startswith(f"collapsar: another collapsar run is active: run {run_id} "
-                                        f"(manager pid {first.proc.pid}, ")
+        assert second.stderr.startswith(
+            f"collapsar: another collapsar run is active: run {run_id} (manager pid {first.proc.pid}, "
+        )
         busy = subprocess.run([*CLI, "cleanup", run_id], capture_output=True, text=True, timeout=60)
         assert busy.returncode == 1
         assert f"run {run_id} is still active (manager pid {first.proc.pid})" in busy.stderr
         time.sleep(3)  # let the iperf3 flow settle under its 10 Mbit/s class
         status = get_json(port, "/status")
-        assert {i["name"]: i["status"] for i in status["instances"]} == \
-            {"server": "up", "client": "up", "idle": "up"}
+        assert {i["name"]: i["status"] for i in status["instances"]} == {"server": "up", "client": "up", "idle": "up"}
         paths = {(p["src"], p["dst"]): p for p in get_json(port, "/paths")}
         assert paths[("client", "server")]["rate_bps"] == 10_000_000
         assert paths[("server", "client")]["rate_bps"] == 10_000_000
@@ -102,9 +102,13 @@ def test_cleanup_after_sigkill_removes_that_runs_leftovers_only(tmp_path):
     other = subprocess.Popen(["ip", "netns", "exec", bystander, "sleep", "60"])
     run = None
     try:
-        topology = write(tmp_path, "two.yaml", "experiment: {name: two}\nservices:\n"
-                         "  a: {command: [sleep, '60']}\n  b: {command: [sleep, '60']}\n"
-                         "links:\n  - {from: a, to: b, bandwidth: 10Mbps}\n")
+        topology = write(
+            tmp_path,
+            "two.yaml",
+            "experiment: {name: two}\nservices:\n"
+            "  a: {command: [sleep, '60']}\n  b: {command: [sleep, '60']}\n"
+            "links:\n  - {from: a, to: b, bandwidth: 10Mbps}\n",
+        )
         run = Cli("run", topology, "--run-dir", str(tmp_path / "runs"))
         run.wait_line("all 2 instances up")
         run_id = run_id_of(run.lines)
@@ -157,11 +161,15 @@ def test_sighup_tears_down_and_joined_commands_get_their_grace(tmp_path):
     joined through the timeline still gets SIGTERM and its grace at the end:
     it is not killed when the timeline's thread ends (its parent-death signal
     follows the thread that forked it, see supervisor.py)."""
-    topology = write(tmp_path, "hup.yaml", "experiment: {name: hup}\nservices:\n"
-                     f"  a: {{command: [sh, -c, \"{TERM_TRAP}\"]}}\n"
-                     f"  b: {{command: [sh, -c, \"{TERM_TRAP}\"], replicas: 0}}\n"
-                     "links:\n  - {from: a, to: b, bandwidth: 10Mbps}\n"
-                     "events:\n  - {at: 200ms, service: b, action: join}\n")
+    topology = write(
+        tmp_path,
+        "hup.yaml",
+        "experiment: {name: hup}\nservices:\n"
+        f'  a: {{command: [sh, -c, "{TERM_TRAP}"]}}\n'
+        f'  b: {{command: [sh, -c, "{TERM_TRAP}"], replicas: 0}}\n'
+        "links:\n  - {from: a, to: b, bandwidth: 10Mbps}\n"
+        "events:\n  - {at: 200ms, service: b, action: join}\n",
+    )
     run = Cli("run", topology, "--run-dir", str(tmp_path / "runs"), "--grace", "3s")
     try:
         run.wait_line("all 1 instances up")
@@ -181,17 +189,29 @@ def test_sighup_tears_down_and_joined_commands_get_their_grace(tmp_path):
     assert not {i["netns"] for i in read_json(run_dir / "plan.json")["instances"]} & host_snapshot()["netns"]
 
 
-@pytest.mark.parametrize("text, code, message", [
-    ("experiment: {name: bad}\nservices:\n  a: {command: [sleep, '1']}\n"
-     "links:\n  - {from: a, to: nowhere, bandwidth: 10Mbps}\n", 2, "bad.yaml:5: "),
-    ("experiment: {name: bad}\nservices:\n  a: {command: [sleep, '1']}\n  b: {command: [sleep, '1']}\n"
-     "links:\n  - {from: a, to: b, latency: 10ms}\n", 3, "sch_netem"),
-])
+@pytest.mark.parametrize(
+    "text, code, message",
+    [
+        (
+            "experiment: {name: bad}\nservices:\n  a: {command: [sleep, '1']}\n"
+            "links:\n  - {from: a, to: nowhere, bandwidth: 10Mbps}\n",
+            2,
+            "bad.yaml:5: ",
+        ),
+        (
+            "experiment: {name: bad}\nservices:\n  a: {command: [sleep, '1']}\n  b: {command: [sleep, '1']}\n"
+            "links:\n  - {from: a, to: b, latency: 10ms}\n",
+            3,
+            "sch_netem",
+        ),
+    ],
+)
 def test_bad_input_changes_nothing(tmp_path, text, code, message):
     topology = write(tmp_path, "bad.yaml", text)
     before = host_snapshot()
-    result = subprocess.run([*CLI, "run", topology, "--run-dir",
-                             str(tmp_path / "runs")], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*CLI, "run", topology, "--run-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == code, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "runs").exists()
@@ -200,11 +220,14 @@ def test_bad_input_changes_nothing(tmp_path, text, code, message):
 
 
 def test_missing_netem_names_both_fixes(tmp_path):
-    topology = write(tmp_path, "delay.yaml", "experiment: {name: d}\nservices:\n"
-                     "  a: {command: [sleep, '1']}\n  b: {command: [sleep, '1']}\n"
-                     "links:\n  - {from: a, to: b, latency: 10ms}\n")
-    result = subprocess.run([*CLI, "run", topology], capture_output=True,
-                            text=True, timeout=60)
+    topology = write(
+        tmp_path,
+        "delay.yaml",
+        "experiment: {name: d}\nservices:\n"
+        "  a: {command: [sleep, '1']}\n  b: {command: [sleep, '1']}\n"
+        "links:\n  - {from: a, to: b, latency: 10ms}\n",
+    )
+    result = subprocess.run([*CLI, "run", topology], capture_output=True, text=True, timeout=60)
     assert result.returncode == 3
     (line,) = result.stderr.strip().splitlines()
     assert "sch_netem" in line and "--vm" in line and "modules" in line
@@ -212,16 +235,24 @@ def test_missing_netem_names_both_fixes(tmp_path):
 
 def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path):
     topology = write(tmp_path, "dry.yaml", LONG)
-    result = subprocess.run([*CLI, "run", "--dry-run", topology, "--run-dir", str(tmp_path / "runs")],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*CLI, "run", "--dry-run", topology, "--run-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].endswith("3 instances on bridge cx000000br, subnet 10.77.0.0/16, "
-                             "leaves: pfifo (no delay/jitter/loss), 0 timeline steps after t=0")
-    at = lines.index("instance client: 10.77.0.3/16 on cx-000000-client/eth0, starts at t=0: "
-                     "sh -c sleep 0.3; exec iperf3 -c server -t 60 -i 0")
+    assert lines[0].endswith(
+        "3 instances on bridge cx000000br, subnet 10.77.0.0/16, "
+        "leaves: pfifo (no delay/jitter/loss), 0 timeline steps after t=0"
+    )
+    at = lines.index(
+        "instance client: 10.77.0.3/16 on cx-000000-client/eth0, starts at t=0: "
+        "sh -c sleep 0.3; exec iperf3 -c server -t 60 -i 0"
+    )
     assert lines[at + 1].strip().startswith("qdisc 1: root htb default 1:1")
-    classes = [line.strip() for line in lines[at + 1:at + 12] if line.strip().startswith("class 1:1")]
+    classes = [line.strip() for line in lines[at + 1 : at + 12] if line.strip().startswith("class 1:1")]
     assert classes[1].startswith("class 1:10 -> 10.77.0.2: rate=ceil 10Mbps")  # to the server
     assert classes[2].startswith("class 1:11 -> 10.77.0.4: rate=ceil 100Mbps")  # to idle
     assert not (tmp_path / "runs").exists()

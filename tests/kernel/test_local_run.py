@@ -59,15 +59,31 @@ def run(tmp_path_factory):
         out = tmp / "out"
         out.mkdir()
         (tmp / "basic.yaml").write_text(TOPOLOGY.format(out=out))
-        cli = Cli("run", str(tmp / "basic.yaml"), "--duration", "20s", "--subnet", "10.78.0.0/24",
-                  "--run-dir", str(tmp / "runs"), "--grace", "1s")
+        cli = Cli(
+            "run",
+            str(tmp / "basic.yaml"),
+            "--duration",
+            "20s",
+            "--subnet",
+            "10.78.0.0/24",
+            "--run-dir",
+            str(tmp / "runs"),
+            "--grace",
+            "1s",
+        )
         try:
             code, lines, stderr = cli.finish(90)
         finally:
             cli.kill()
         run_dir = tmp / "runs" / run_id_of(lines)
-        return {"code": code, "lines": lines, "stderr": stderr, "dir": run_dir, "out": out,
-                "plan": read_json(run_dir / "plan.json")}
+        return {
+            "code": code,
+            "lines": lines,
+            "stderr": stderr,
+            "dir": run_dir,
+            "out": out,
+            "plan": read_json(run_dir / "plan.json"),
+        }
 
     # Timing and rates are asserted on the run the host was quietest for (tests/host_timing.py).
     result, host = quietest(one_run)
@@ -79,15 +95,28 @@ def test_run_ends_when_every_command_has_exited(run):
     assert "stopping: every command has exited" in run["lines"]
     assert any(line.startswith("all 6 instances up in ") for line in run["lines"])  # late joins at 1 s
     final = {i["name"]: (i["status"], i["exit_code"]) for i in read_json(run["dir"] / "instances.json")}
-    assert final == {"fast": ("exited(0)", 0), "slow": ("exited(0)", 0), "client": ("exited(0)", 0),
-                     "pinger": ("exited(0)", 0), "idle": ("crashed", -9), "idle2": ("stopped", -15),
-                     "late": ("exited(0)", 0)}
+    assert final == {
+        "fast": ("exited(0)", 0),
+        "slow": ("exited(0)", 0),
+        "client": ("exited(0)", 0),
+        "pinger": ("exited(0)", 0),
+        "idle": ("crashed", -9),
+        "idle2": ("stopped", -15),
+        "late": ("exited(0)", 0),
+    }
 
 
 def test_addresses_come_from_the_subnet_flag(run):
     ips = {i["name"]: i["ip"] for i in run["plan"]["instances"]}
-    assert ips == {"fast": "10.78.0.2", "slow": "10.78.0.3", "client": "10.78.0.4",
-                   "pinger": "10.78.0.5", "idle": "10.78.0.6", "idle2": "10.78.0.7", "late": "10.78.0.8"}
+    assert ips == {
+        "fast": "10.78.0.2",
+        "slow": "10.78.0.3",
+        "client": "10.78.0.4",
+        "pinger": "10.78.0.5",
+        "idle": "10.78.0.6",
+        "idle2": "10.78.0.7",
+        "late": "10.78.0.8",
+    }
     assert run["plan"]["netem"] is False
 
 
@@ -138,9 +167,12 @@ def test_commands_start_at_t0_once_sharing_and_counters_are_up(run):
 def test_events_fire_on_time_in_order(run):
     log = read_json(run["dir"] / "events.json")
     assert [(e["scheduled_us"], e["label"]) for e in log] == [
-        (1_000_000, "idle crash [idle]; late join [late]"), (1_500_000, "pinger disconnect [pinger]"),
-        (2_000_000, "pinger reconnect [pinger]"), (2_500_000, "link pinger -- sw set"),
-        (3_000_000, "idle2 leave [idle2]")]
+        (1_000_000, "idle crash [idle]; late join [late]"),
+        (1_500_000, "pinger disconnect [pinger]"),
+        (2_000_000, "pinger reconnect [pinger]"),
+        (2_500_000, "link pinger -- sw set"),
+        (3_000_000, "idle2 leave [idle2]"),
+    ]
     assert all(e["error"] is None for e in log)
     late = [e["lateness_us"] for e in log]
     # Issue 3's bound, on top of how late this host woke a thread of the same
@@ -150,8 +182,10 @@ def test_events_fire_on_time_in_order(run):
     print(f"event lateness {late} us; {host}")
     assert min(late) >= 0 and percentile(late, 0.99) < 5_000 + host.max_us, (late, str(host), log)
     # Each step was prepared before its time and fired at it (tcal/prepared.py).
-    assert all(e["prepared_us"] < e["scheduled_us"] + host.max_us and
-               e["scheduled_us"] <= e["started_us"] <= e["applied_us"] for e in log), (str(host), log)
+    assert all(
+        e["prepared_us"] < e["scheduled_us"] + host.max_us and e["scheduled_us"] <= e["started_us"] <= e["applied_us"]
+        for e in log
+    ), (str(host), log)
 
 
 def test_teardown_leaves_nothing(run):

@@ -27,8 +27,12 @@ def soak_topology(n: int, duration_s: int) -> str:
     lines = ["experiment: {name: soak}", "services:"]
     # A few instances ping their neighbour all along, so the counters, the
     # per-pair segments and the status API carry live flows the whole time.
-    lines += [f"  n{i}: {{command: [ping, -q, -i, '0.2', n{i + 1}]}}" if i <= PINGERS
-              else f"  n{i}: {{command: [sleep, '100000']}}" for i in range(1, n + 1)]
+    lines += [
+        f"  n{i}: {{command: [ping, -q, -i, '0.2', n{i + 1}]}}"
+        if i <= PINGERS
+        else f"  n{i}: {{command: [sleep, '100000']}}"
+        for i in range(1, n + 1)
+    ]
     lines += ["bridges: [sw]", "links:"]
     lines += [f"  - {{from: n{i}, to: sw, bandwidth: 100Mbps}}" for i in range(1, n + 1)]
     lines.append("events:")

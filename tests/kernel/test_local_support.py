@@ -24,8 +24,15 @@ def host_snapshot() -> dict[str, set[str]]:
     links = set(os.listdir("/sys/class/net"))
     hosts = set(os.listdir("/etc/netns")) if os.path.isdir("/etc/netns") else set()
     iptables = shutil.which("iptables")
-    rules = set(subprocess.run([iptables, "-w", "-S", "FORWARD"], capture_output=True, text=True,
-                               check=True).stdout.splitlines()) if iptables else set()
+    rules = (
+        set(
+            subprocess.run(
+                [iptables, "-w", "-S", "FORWARD"], capture_output=True, text=True, check=True
+            ).stdout.splitlines()
+        )
+        if iptables
+        else set()
+    )
     return {"netns": netns, "links": links, "etc_netns": hosts, "forward_rules": rules}
 
 
@@ -41,8 +48,9 @@ class Cli:
     """`collapsar ...` in the background, its stdout read line by line."""
 
     def __init__(self, *args: str, env: dict | None = None):
-        self.proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env={**os.environ, **(env or {})})
+        self.proc = subprocess.Popen(
+            [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
+        )
         self.lines: list[str] = []
         self._queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -60,8 +68,7 @@ class Cli:
             except queue.Empty:
                 continue
             if line is None:
-                raise AssertionError(f"collapsar ended before {prefix!r}: {self.lines} "
-                                     f"{self.proc.stderr.read()}")
+                raise AssertionError(f"collapsar ended before {prefix!r}: {self.lines} {self.proc.stderr.read()}")
             self.lines.append(line)
             if line.startswith(prefix):
                 return line

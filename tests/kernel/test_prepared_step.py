@@ -23,10 +23,12 @@ AHEAD_NS = 300_000_000
 @pytest.fixture
 def trees(tree_factory):
     """`trees(rates)`: a tree set up with one destination per rate."""
+
     def make(rates):
         pair, tree = tree_factory(n_dst=len(rates))
         tree.setup([Shaping(ip, rate) for ip, rate in zip(pair.dst_ips, rates)])
         return pair, tree
+
     return make
 
 
@@ -61,8 +63,21 @@ def test_a_refused_request_puts_back_only_its_destination(trees, monkeypatch, ba
     # Behind the tree's back: a fresh root where only a's class exists.
     run("tc", "qdisc", "del", "dev", pair.src_if, "root", ns=pair.src_ns)
     run("tc", "qdisc", "add", "dev", pair.src_if, "root", "handle", "1:", "htb", ns=pair.src_ns)
-    run("tc", "class", "add", "dev", pair.src_if, "parent", "1:", "classid", "1:10", "htb",
-        "rate", "1mbit", ns=pair.src_ns)
+    run(
+        "tc",
+        "class",
+        "add",
+        "dev",
+        pair.src_if,
+        "parent",
+        "1:",
+        "classid",
+        "1:10",
+        "htb",
+        "rate",
+        "1mbit",
+        ns=pair.src_ns,
+    )
     with PreparedStep(time.monotonic_ns()) as step:  # lower rates: class messages only
         tree.change_many({a: {"rate_bps": 5_000_000}})  # two submits: each must get its own refusals
         tree.change_many({b: {"rate_bps": 8_000_000}})
@@ -140,7 +155,9 @@ def test_supervisor_signals_a_leave_and_a_crash_at_the_step(tmp_path):
             exits += supervisor.poll()
             time.sleep(0.01)
         assert sorted((e.instance, e.returncode, e.how) for e in exits) == [
-            ("crasher", -signal.SIGKILL, "crashed"), ("leaver", -signal.SIGTERM, "stopped")]
+            ("crasher", -signal.SIGKILL, "crashed"),
+            ("leaver", -signal.SIGTERM, "stopped"),
+        ]
     finally:
         supervisor.stop_all(0.5)
 
@@ -148,6 +165,7 @@ def test_supervisor_signals_a_leave_and_a_crash_at_the_step(tmp_path):
 def test_without_the_library_nothing_is_sent_and_the_trees_go_back(trees, tmp_path, monkeypatch):
     from collapsar.errors import EnvironmentProblem
     from collapsar.tcal import prepared
+
     pair, tree = trees([10_000_000])
     a = pair.dst_ips[0]
     monkeypatch.setattr(prepared, "LIBRARY_PATH", tmp_path / "libcxfire.so")

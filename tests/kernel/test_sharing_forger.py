@@ -58,9 +58,25 @@ def run_forger(file, network):
     ns, listen = network.members[2]
     targets = [arg for _, addr in network.members[:2] for arg in ("--target", addr)]
     aeron_dir = f"/dev/shm/cx-forger-{os.getpid()}"
-    proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, str(FORGER), str(file), "--listen", listen,
-                             *targets, "--aeron-dir", aeron_dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            sys.executable,
+            str(FORGER),
+            str(file),
+            "--listen",
+            listen,
+            *targets,
+            "--aeron-dir",
+            aeron_dir,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = proc.communicate(timeout=180)
     finally:
@@ -119,10 +135,12 @@ def test_a_forger_on_the_bridge_changes_no_share_and_every_rejection_is_counted(
         assert meta["accepted_messages"] > 0 and meta["peers_heard"] == 4
         rejected = sum(dropped.values())
         extra_cpu_s = attacked[index][-1]["cpu_s"] - baseline[index][-1]["cpu_s"]
-        lines.append(f"manager {index}: rejected {rejected} ({dropped}); loop CPU {baseline[index][-1]['cpu_s']} s "
-                     f"-> {attacked[index][-1]['cpu_s']} s over {ran_s:.1f} s, "
-                     f"{1e6 * extra_cpu_s / rejected:.1f} us per rejected message; ticks (ms) "
-                     f"{baseline[index][-1]['tick_ms']} -> {attacked[index][-1]['tick_ms']}")
+        lines.append(
+            f"manager {index}: rejected {rejected} ({dropped}); loop CPU {baseline[index][-1]['cpu_s']} s "
+            f"-> {attacked[index][-1]['cpu_s']} s over {ran_s:.1f} s, "
+            f"{1e6 * extra_cpu_s / rejected:.1f} us per rejected message; ticks (ms) "
+            f"{baseline[index][-1]['tick_ms']} -> {attacked[index][-1]['tick_ms']}"
+        )
         # Bounded by construction (256 fragments a poll); measured 5-15 us a message on this project's VM.
         assert extra_cpu_s / rejected < 100e-6, lines[-1]
     print("\n".join(["", f"forger: {report['taken']}, flood message {report['flood_message_bytes']} bytes"] + lines))

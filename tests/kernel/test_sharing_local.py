@@ -46,15 +46,30 @@ def run_dumbbell(tmp, *flags, long=14, short=7):
     out = tmp / "out"
     out.mkdir(parents=True)
     (tmp / "db.yaml").write_text(TOPOLOGY.format(out=out, long=long, short=short))
-    cli = Cli("run", str(tmp / "db.yaml"), "--subnet", "10.79.0.0/24", "--run-dir", str(tmp / "runs"),
-              "--grace", "1s", "--status-port", "-1", *flags)
+    cli = Cli(
+        "run",
+        str(tmp / "db.yaml"),
+        "--subnet",
+        "10.79.0.0/24",
+        "--run-dir",
+        str(tmp / "runs"),
+        "--grace",
+        "1s",
+        "--status-port",
+        "-1",
+        *flags,
+    )
     try:
         code, lines, stderr = cli.finish(120)
     finally:
         cli.kill()
     assert code == 0, (lines, stderr)
-    return {"lines": lines, "a": received_per_second(out / "ra.json"),
-            "b": received_per_second(out / "rb.json"), "dir": tmp / "runs" / run_id_of(lines)}
+    return {
+        "lines": lines,
+        "a": received_per_second(out / "ra.json"),
+        "b": received_per_second(out / "rb.json"),
+        "dir": tmp / "runs" / run_id_of(lines),
+    }
 
 
 @pytest.fixture(scope="module")

@@ -64,14 +64,27 @@ def hub():
 
 
 def peer_argv(file, own, *extra):
-    return [sys.executable, "-m", "collapsar.manager.share_peer", str(file), "--own", own,
-            *[arg for want in WANTS for arg in ("--wants", want)], *extra]
+    return [
+        sys.executable,
+        "-m",
+        "collapsar.manager.share_peer",
+        str(file),
+        "--own",
+        own,
+        *[arg for want in WANTS for arg in ("--wants", want)],
+        *extra,
+    ]
 
 
 def one_manager(file):
     """The reference: one manager owns every instance, no transport."""
-    out = subprocess.run(peer_argv(file, "a,b,c,d,ra,rb,rc,rd", "--duration", "1"),
-                         capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run(
+        peer_argv(file, "a,b,c,d,ra,rb,rc,rd", "--duration", "1"),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return json.loads(out.stdout.splitlines()[-1])["rates"]
 
 
@@ -85,8 +98,7 @@ class Managers:
         self.duration = duration
         self.procs = []
         for i, own in enumerate(owns):
-            argv = network.argv(i, peer_argv(file, own, "--duration", "300"),
-                                f"/dev/shm/cx-share-{os.getpid()}-{i}")
+            argv = network.argv(i, peer_argv(file, own, "--duration", "300"), f"/dev/shm/cx-share-{os.getpid()}-{i}")
             self.procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         self.first_lines = [json.loads(proc.stdout.readline() or "null") for proc in self.procs]
         self.started = time.monotonic()

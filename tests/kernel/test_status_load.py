@@ -25,7 +25,8 @@ EVENTS = 30
 IDLE, STREAMS = 200, 50
 EVENT_LINES = "".join(
     f"  - {{at: {500 + 100 * i}ms, link: [a, sw], set: {{bandwidth: {10 + 10 * (i % 2)}Mbps}}}}\n"
-    for i in range(EVENTS))
+    for i in range(EVENTS)
+)
 TOPOLOGY = f"""\
 experiment: {{name: status-load}}
 services:
@@ -53,8 +54,10 @@ class Load:
         self.streams: dict[socket.socket, list] = {}  # -> [messages, tail of the last read]
         self.polls: list[tuple[float, object]] = []  # (seconds, HTTP status or the error)
         self._done = threading.Event()
-        self._threads = [threading.Thread(target=self._drain, daemon=True),
-                         threading.Thread(target=self._poll, daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._drain, daemon=True),
+            threading.Thread(target=self._poll, daemon=True),
+        ]
 
     def attach(self) -> float:
         """Opens everything; returns how long that took (s)."""
@@ -120,8 +123,19 @@ def run(tmp_path_factory):
     def one_run():
         tmp = tmp_path_factory.mktemp("status-load")
         (tmp / "load.yaml").write_text(TOPOLOGY)
-        cli = Cli("run", str(tmp / "load.yaml"), "--duration", "4s", "--wait-start",
-                  "--subnet", "10.170.6.0/24", "--run-dir", str(tmp / "runs"), "--grace", "1s")
+        cli = Cli(
+            "run",
+            str(tmp / "load.yaml"),
+            "--duration",
+            "4s",
+            "--wait-start",
+            "--subnet",
+            "10.170.6.0/24",
+            "--run-dir",
+            str(tmp / "runs"),
+            "--grace",
+            "1s",
+        )
         load = None
         try:
             cli.wait_line("waiting for start", 60)
@@ -130,8 +144,12 @@ def run(tmp_path_factory):
             port = int((run_dir / "status-port").read_text())
             load = Load(port)
             attach_s = load.attach()
-            start = urllib.request.Request(f"http://127.0.0.1:{port}/control/start", method="POST",
-                                           data=b"{}", headers={"Authorization": f"Bearer {token}"})
+            start = urllib.request.Request(
+                f"http://127.0.0.1:{port}/control/start",
+                method="POST",
+                data=b"{}",
+                headers={"Authorization": f"Bearer {token}"},
+            )
             with urllib.request.urlopen(start, timeout=10) as reply:
                 assert reply.status == 200
             time.sleep(3.6)  # the last event is at 3.4 s; the run stops at 4 s
@@ -143,16 +161,24 @@ def run(tmp_path_factory):
             if load is not None:
                 load.close()
             cli.kill()
-        return {"code": code, "stderr": stderr, "dir": run_dir, "attach_s": attach_s,
-                "polls": load.polls, "messages": [seen[0] for seen in load.streams.values()],
-                "metrics": metrics}
+        return {
+            "code": code,
+            "stderr": stderr,
+            "dir": run_dir,
+            "attach_s": attach_s,
+            "polls": load.polls,
+            "messages": [seen[0] for seen in load.streams.values()],
+            "metrics": metrics,
+        }
 
     result, host = quietest(one_run)
     late = [e["lateness_us"] for e in read_json(result["dir"] / "events.json")]
     slowest = max(seconds for seconds, _ in result["polls"])
-    print(f"attach {result['attach_s']:.2f} s; /status polls {len(result['polls'])}, slowest "
-          f"{slowest * 1000:.0f} ms; stream messages min {min(result['messages'])}; lateness p50 "
-          f"{percentile(late, 0.5)} p99 {percentile(late, 0.99)} max {max(late)} us; {host}")
+    print(
+        f"attach {result['attach_s']:.2f} s; /status polls {len(result['polls'])}, slowest "
+        f"{slowest * 1000:.0f} ms; stream messages min {min(result['messages'])}; lateness p50 "
+        f"{percentile(late, 0.5)} p99 {percentile(late, 0.99)} max {max(late)} us; {host}"
+    )
     return {**result, "late": late, "host": host}
 
 

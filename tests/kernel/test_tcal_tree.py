@@ -25,15 +25,23 @@ def test_setup_builds_the_planned_classes_leaves_and_filters(tree_factory):
     tree.setup([Shaping(a, 10_000_000), Shaping(b, 5 * 10**9), Shaping(c, None)])
     got = classes(pair.src_ns, pair.src_if)
     assert set(got) == {"1:1", "1:2", "1:10", "1:11", "1:12"}
-    assert (got["1:10"]["rate"], got["1:10"]["ceil"], got["1:10"]["burst"], got["1:10"]["mpu"]) == \
-        ("9843Kbit", "9843Kbit", "24609b/1", "83")  # 10 Mbit/s x 1514/1538; 20 ms burst, as tc reads it back from ticks
+    assert (got["1:10"]["rate"], got["1:10"]["ceil"], got["1:10"]["burst"], got["1:10"]["mpu"]) == (
+        "9843Kbit",
+        "9843Kbit",
+        "24609b/1",
+        "83",
+    )  # 10 Mbit/s x 1514/1538; 20 ms burst, as tc reads it back from ticks
     assert got["1:11"]["rate"] == "4921Mbit"  # above 2^32 bytes/s needs RATE64: it arrived
     assert got["1:12"]["rate"] == got["1:1"]["rate"] == "98439Mbit"  # unlimited
     assert (got["1:1"]["prio"], got["1:10"]["prio"]) == ("0", "1")
     assert [got[h]["leaf"] for h in ("1:10", "1:11", "1:12", "1:2")] == ["10:", "11:", "12:", "2:"]
     assert qdisc_kinds(pair.src_ns, pair.src_if) == [
-        ("htb", "1:", "root"), ("pfifo", "10:", "1:10"), ("pfifo", "11:", "1:11"),
-        ("pfifo", "12:", "1:12"), ("pfifo", "2:", "1:2")]
+        ("htb", "1:", "root"),
+        ("pfifo", "10:", "1:10"),
+        ("pfifo", "11:", "1:11"),
+        ("pfifo", "12:", "1:12"),
+        ("pfifo", "2:", "1:2"),
+    ]
     text = filters(pair.src_ns, pair.src_if)
     assert "fh 800::1 order 1 key ht 800 bkt 0 link 1:" in text
     assert "hash mask 0000ff00 at 16" in text and "hash mask 000000ff at 16" in text
@@ -50,8 +58,10 @@ def test_packets_are_classified_by_destination(tree_factory):
     for ip in pair.dst_ips:  # resolve neighbours first: ARP is not IPv4, it goes to 1:1
         assert ping_loss(pair.src_ns, ip, count=1) == 0
     before = classes(pair.src_ns, pair.src_if)
-    sent = {ip: send_udp(pair.src_ns, ip, count=20 * (i + 1), payload_bytes=500 + 100 * i)
-            for i, ip in enumerate(pair.dst_ips)}
+    sent = {
+        ip: send_udp(pair.src_ns, ip, count=20 * (i + 1), payload_bytes=500 + 100 * i)
+        for i, ip in enumerate(pair.dst_ips)
+    }
     after = classes(pair.src_ns, pair.src_if)
     delta = {h: after[h]["bytes"] - before[h]["bytes"] for h in after}
     assert delta["1:10"] == sent[pair.dst_ips[0]] == 20 * 542
@@ -74,9 +84,11 @@ def test_tcp_goodput_matches_a_real_ethernet_link(tree_factory, rate_bps):
             # say that rather than report a shaping error.
             capacity = server.goodput_bps(pair.src_ns, seconds=3)
             if capacity < 1.25 * rate_bps:
-                pytest.fail(f"host too busy to measure {rate_bps / 1e6:g} Mbit/s: the unshaped path carries "
-                            f"only {capacity / 1e6:.0f} Mbit/s (load average {os.getloadavg()[0]:.1f}, counting "
-                            f"the session's idle-priority spinners on a VM, tests/conftest.py)")
+                pytest.fail(
+                    f"host too busy to measure {rate_bps / 1e6:g} Mbit/s: the unshaped path carries "
+                    f"only {capacity / 1e6:.0f} Mbit/s (load average {os.getloadavg()[0]:.1f}, counting "
+                    f"the session's idle-priority spinners on a VM, tests/conftest.py)"
+                )
         tree.change(ip, rate_bps=rate_bps)
         goodput = server.goodput_bps(pair.src_ns, seconds=6)
         for _ in range(2):
@@ -222,8 +234,12 @@ def _kernel_has_netem() -> bool:
     ns = "cxnetemprobe"
     run("ip", "netns", "add", ns)
     try:
-        return subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem"],
-                              capture_output=True).returncode == 0
+        return (
+            subprocess.run(
+                ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem"], capture_output=True
+            ).returncode
+            == 0
+        )
     finally:
         run("ip", "netns", "del", ns)
 
@@ -237,7 +253,8 @@ def test_check_kernel_reports_missing_netem_in_one_line():
         check_kernel(need_netem=True)
     assert caught.value.lines() == [
         "this kernel has no sch_netem (delay, jitter and loss need it); fix: install the kernel's extra "
-        "modules (e.g. linux-modules-extra-$(uname -r)) or run with --vm"]
+        "modules (e.g. linux-modules-extra-$(uname -r)) or run with --vm"
+    ]
 
 
 def test_netem_tree_on_a_kernel_without_netem_is_an_environment_problem(tree_factory):

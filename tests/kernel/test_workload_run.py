@@ -57,8 +57,18 @@ def run(tmp_path_factory):
         pytest.fail(f"wl-client is not built in {workload_build_dir()}: make -C workload-node")
     tmp = tmp_path_factory.mktemp("workload")
     (tmp / "chain.yaml").write_text(TOPOLOGY)
-    cli = Cli("run", str(tmp / "chain.yaml"), "--duration", f"{DURATION_S}s", "--subnet", "10.180.1.0/24",
-              "--run-dir", str(tmp / "runs"), "--grace", "2s")
+    cli = Cli(
+        "run",
+        str(tmp / "chain.yaml"),
+        "--duration",
+        f"{DURATION_S}s",
+        "--subnet",
+        "10.180.1.0/24",
+        "--run-dir",
+        str(tmp / "runs"),
+        "--grace",
+        "2s",
+    )
     try:
         cli.wait_line("all 2 instances up", 120)
         up = time.monotonic()
@@ -86,8 +96,13 @@ def test_the_run_ends_on_time_and_exits_0(run):
     # (2 s of grace at most, and the namespaces' removal).
     assert run["ended_s"] < DURATION_S + 15, run["ended_s"]
     final = {i["name"]: (i["status"], i["failed"]) for i in read_json(run["dir"] / "instances.json")}
-    assert final == {"front": ("up", False), "db": ("stopped", False), "chain": ("exited(0)", False),
-                     "bulk": ("exited(0)", False), "doomed": ("exited(0)", False)}
+    assert final == {
+        "front": ("up", False),
+        "db": ("stopped", False),
+        "chain": ("exited(0)", False),
+        "bulk": ("exited(0)", False),
+        "doomed": ("exited(0)", False),
+    }
 
 
 def test_every_instance_wrote_its_spans_and_each_client_its_records(run):
@@ -102,8 +117,7 @@ def test_each_clients_summary_line_counts_what_it_sent(run):
     chain = summary_of(run, "chain")
     assert (chain["instance"], chain["service"]) == ("chain", "chain")
     assert (chain["requests"], chain["ok"], chain["err"], chain["timeout"]) == (20, 20, 0, 0)
-    assert workload_line(run, "chain").startswith("workload chain: 20 requests (ok 20, err 0, timeout 0); "
-                                                  "latency p50 ")
+    assert workload_line(run, "chain").startswith("workload chain: 20 requests (ok 20, err 0, timeout 0); latency p50 ")
     report = {c["instance"]: c for c in read_json(run["dir"] / "workload.json")["clients"]}
     assert set(report) == set(CLIENTS)
     assert report["chain"]["summary"] == chain and report["chain"]["service"] == "chain"
@@ -130,25 +144,28 @@ def test_a_target_that_leaves_is_answered_err_or_timeout_and_counted(run):
 def test_the_network_share_of_each_chain_is_printed_and_saved(run):
     """Needs wl-client's parse-only mode (`--check`); a bandwidth-only run's
     configured RTTs are all 0 ms."""
-    probe = subprocess.run([str(workload_build_dir() / "wl-client"), "--check", "-C", "1ms"],
-                           capture_output=True, text=True, timeout=10)
+    probe = subprocess.run(
+        [str(workload_build_dir() / "wl-client"), "--check", "-C", "1ms"], capture_output=True, text=True, timeout=10
+    )
     assert probe.returncode == 0, f"this wl-client has no --check yet: {probe.stderr.strip()}"
     # db's leave at 7 s changes the paths front <-> db (chain had finished by then).
     assert workload_line(run, "chain").endswith(
         "; network share of the chain: 0 ms (configured RTTs: chain->front 0 ms, front->db 0 ms); "
-        "later events change these paths at 7s")
-    assert workload_line(run, "bulk").endswith(
-        "; network share of the chain: 0 ms (configured RTTs: bulk->front 0 ms)")
+        "later events change these paths at 7s"
+    )
+    assert workload_line(run, "bulk").endswith("; network share of the chain: 0 ms (configured RTTs: bulk->front 0 ms)")
     assert workload_line(run, "doomed").endswith(
         "; network share of the chain: 0 ms (configured RTTs: doomed->front 0 ms, front->db 0 ms); "
-        "later events change these paths at 7s")
+        "later events change these paths at 7s"
+    )
     report = {c["instance"]: c for c in read_json(run["dir"] / "workload.json")["clients"]}
     chain = report["chain"]
     assert (chain["network_share_us"], chain["at_us"], chain["chain_problem"]) == (0, 1_000_000, None)
-    assert chain["hops"] == [{"from": "chain", "to": ["front"], "rtt_us": [0], "nack": 1},
-                             {"from": "front", "to": ["db"], "rtt_us": [0], "nack": 1}]
-    assert chain["chain"]["to"] == "front" and [op["op"] for op in chain["chain"]["chain"]] == \
-        ["compute", "forward"]
+    assert chain["hops"] == [
+        {"from": "chain", "to": ["front"], "rtt_us": [0], "nack": 1},
+        {"from": "front", "to": ["db"], "rtt_us": [0], "nack": 1},
+    ]
+    assert chain["chain"]["to"] == "front" and [op["op"] for op in chain["chain"]["chain"]] == ["compute", "forward"]
     assert report["doomed"]["paths_change_at_us"] == [7_000_000]
 
 
@@ -161,19 +178,27 @@ def write(tmp_path, name: str, text: str) -> str:
     return str(path)
 
 
-MISSING = ("experiment: {name: missing}\nservices:\n  a: {command: [sleep, '5']}\n"
-           "  b: {command: [no-such-program-w3a, --flag]}\n"
-           "links:\n  - {from: a, to: b, bandwidth: 10Mbps}\n")
+MISSING = (
+    "experiment: {name: missing}\nservices:\n  a: {command: [sleep, '5']}\n"
+    "  b: {command: [no-such-program-w3a, --flag]}\n"
+    "links:\n  - {from: a, to: b, bandwidth: 10Mbps}\n"
+)
 
 
 def test_a_missing_program_refuses_the_run_and_check_before_anything_is_made(tmp_path):
     topology = write(tmp_path, "missing.yaml", MISSING)
     before = host_snapshot()
-    done = subprocess.run([*CLI, "run", topology, "--run-dir", str(tmp_path / "runs"), "--subnet",
-                           "10.180.2.0/24"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*CLI, "run", topology, "--run-dir", str(tmp_path / "runs"), "--subnet", "10.180.2.0/24"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == (f"{topology}:4: service b: program 'no-such-program-w3a' is not on the instances' "
-                           f"PATH (this host's PATH, then {workload_build_dir()})\n")
+    assert done.stderr == (
+        f"{topology}:4: service b: program 'no-such-program-w3a' is not on the instances' "
+        f"PATH (this host's PATH, then {workload_build_dir()})\n"
+    )
     assert not (tmp_path / "runs").exists()
     assert not {n for n in host_snapshot()["netns"] - before["netns"] if n.startswith("cx-")}
     check = subprocess.run([*CLI, "check", topology], capture_output=True, text=True, timeout=60)
@@ -186,24 +211,42 @@ def test_commands_that_fail_on_their_own_fail_the_run_with_their_last_lines(tmp_
     broken = tmp_path / "broken"
     broken.write_text("#!/nonexistent/interpreter\n")
     broken.chmod(0o755)
-    topology = write(tmp_path, "fails.yaml", (
-        "experiment: {name: fails}\nservices:\n"
-        "  flaky: {command: [sh, -c, \"echo connecting; echo 'db: connection refused' >&2; exit 1\"]}\n"
-        f"  broken: {{command: [{broken}]}}\n"
-        "  steady: {command: [sleep, '30']}\n"
-        "links:\n  - {from: flaky, to: steady, bandwidth: 10Mbps}\n"
-        "  - {from: broken, to: steady, bandwidth: 10Mbps}\n"))
-    cli = Cli("run", topology, "--run-dir", str(tmp_path / "runs"), "--duration", "3s", "--subnet",
-              "10.180.3.0/24", "--grace", "1s")
+    topology = write(
+        tmp_path,
+        "fails.yaml",
+        (
+            "experiment: {name: fails}\nservices:\n"
+            "  flaky: {command: [sh, -c, \"echo connecting; echo 'db: connection refused' >&2; exit 1\"]}\n"
+            f"  broken: {{command: [{broken}]}}\n"
+            "  steady: {command: [sleep, '30']}\n"
+            "links:\n  - {from: flaky, to: steady, bandwidth: 10Mbps}\n"
+            "  - {from: broken, to: steady, bandwidth: 10Mbps}\n"
+        ),
+    )
+    cli = Cli(
+        "run",
+        topology,
+        "--run-dir",
+        str(tmp_path / "runs"),
+        "--duration",
+        "3s",
+        "--subnet",
+        "10.180.3.0/24",
+        "--grace",
+        "1s",
+    )
     try:
         code, lines, stderr = cli.finish(90)
     finally:
         cli.kill()
     assert code == 6, (stderr, lines)
-    assert sorted(stderr.splitlines()) == sorted([
-        "collapsar: instance flaky: exited with status 1 on its own; the last lines of logs/flaky.err:",
-        "collapsar:   flaky| db: connection refused",
-        f'collapsar: instance broken: could not start: exec of "{broken}" failed: No such file or directory'])
+    assert sorted(stderr.splitlines()) == sorted(
+        [
+            "collapsar: instance flaky: exited with status 1 on its own; the last lines of logs/flaky.err:",
+            "collapsar:   flaky| db: connection refused",
+            f'collapsar: instance broken: could not start: exec of "{broken}" failed: No such file or directory',
+        ]
+    )
     run_dir = tmp_path / "runs" / run_id_of(lines)
     final = {i["name"]: (i["exit_code"], i["failed"]) for i in read_json(run_dir / "instances.json")}
     assert final == {"flaky": (1, True), "broken": (1, True), "steady": (-15, False)}

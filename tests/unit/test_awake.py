@@ -49,10 +49,18 @@ def test_modes():
 
 
 def test_spinners_end_when_their_parent_is_killed():
-    parent = subprocess.Popen([sys.executable, "-c", (
-        "import time\nfrom collapsar.manager.awake import KeepAwake\n"
-        "a = KeepAwake(); a.start(); print(' '.join(str(p.pid) for p in a.procs), flush=True); time.sleep(60)")],
-        stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import time\nfrom collapsar.manager.awake import KeepAwake\n"
+                "a = KeepAwake(); a.start(); print(' '.join(str(p.pid) for p in a.procs), flush=True); time.sleep(60)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     pids = [int(pid) for pid in parent.stdout.readline().split()]
     assert pids
     parent.kill()

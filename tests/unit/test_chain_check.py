@@ -87,26 +87,32 @@ def test_a_refused_command_is_a_problem_at_its_line(tmp_path):
     verdict = check_chains(experiment, build)
     assert [str(p) for p in verdict.problems] == [
         "t.yaml:4: service users: command: wl-client: -F: unknown target 'bad' (not an instance)",
-        "t.yaml:6: service robots: workload: wl-client: -F: unknown target 'bad' (not an instance)"]
+        "t.yaml:6: service robots: workload: wl-client: -F: unknown target 'bad' (not an instance)",
+    ]
 
 
 def test_validate_reports_the_problem_and_exits_2(tmp_path, monkeypatch, capsys):
     build = fake_build(tmp_path)
     monkeypatch.setattr(programs, "workload_build_dir", lambda: build)
-    (tmp_path / "t.yaml").write_text("services:\n  db: {workload: node}\n"
-                                     "  c: {command: [wl-client, --to, bad]}\n  d: {command: [wl-client, --to, bad]}\n")
+    (tmp_path / "t.yaml").write_text(
+        "services:\n  db: {workload: node}\n"
+        "  c: {command: [wl-client, --to, bad]}\n  d: {command: [wl-client, --to, bad]}\n"
+    )
     assert main(["validate", str(tmp_path / "t.yaml")]) == 2
     out = capsys.readouterr()
     assert out.out == ""
     assert out.err.splitlines() == [
         f"{tmp_path}/t.yaml:3: service c: command: wl-client: -F: unknown target 'bad' (not an instance)",
-        f"{tmp_path}/t.yaml:4: service d: command: wl-client: -F: unknown target 'bad' (not an instance)"]
+        f"{tmp_path}/t.yaml:4: service d: command: wl-client: -F: unknown target 'bad' (not an instance)",
+    ]
     assert main(["validate", str(tmp_path / "t.yaml"), "--json"]) == 2
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["ok"] is False
     assert verdict["problems"][0] == {
-        "file": f"{tmp_path}/t.yaml", "line": 3,
-        "message": "service c: command: wl-client: -F: unknown target 'bad' (not an instance)"}
+        "file": f"{tmp_path}/t.yaml",
+        "line": 3,
+        "message": "service c: command: wl-client: -F: unknown target 'bad' (not an instance)",
+    }
 
 
 def test_validate_prints_the_commands_it_will_run(tmp_path, monkeypatch, capsys):
@@ -116,50 +122,62 @@ def test_validate_prints_the_commands_it_will_run(tmp_path, monkeypatch, capsys)
         "services:\n  db: {workload: {node: {threads: 2}}}\n"
         "  c: {workload: {client: {to: db, rate: 5/s, duration: 2s, chain: [{store: 1k, sync: true}]}}}\n"
         "  x: {image: 'alpine:3'}\n"
-        "links:\n  - {from: db, to: c}\n")
+        "links:\n  - {from: db, to: c}\n"
+    )
     assert main(["validate", str(tmp_path / "t.yaml"), "--commands"]) == 0
     out = capsys.readouterr()
-    assert out.out.splitlines()[1:] == ["  db: wl-node --nt 2",
-                                        "  c: wl-client --to db -r 5 -n 10 -S 1k,sync"]
+    assert out.out.splitlines()[1:] == ["  db: wl-node --nt 2", "  c: wl-client --to db -r 5 -n 10 -S 1k,sync"]
     assert main(["validate", str(tmp_path / "t.yaml"), "--commands", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["commands"] == {
-        "db": ["wl-node", "--nt", "2"], "c": ["wl-client", "--to", "db", "-r", "5", "-n", "10", "-S", "1k,sync"]}
+        "db": ["wl-node", "--nt", "2"],
+        "c": ["wl-client", "--to", "db", "-r", "5", "-n", "10", "-S", "1k,sync"],
+    }
 
 
 def test_no_build_is_one_warning_and_validation_goes_on(tmp_path):
     verdict = check_chains(parse(TOPOLOGY), tmp_path / "nothing")
     assert verdict.problems == []
-    assert verdict.warning == (f"wl-client and wl-node commands not checked: {tmp_path}/nothing/wl-client, "
-                               f"{tmp_path}/nothing/wl-node not built; fix: make -C workload-node")
+    assert verdict.warning == (
+        f"wl-client and wl-node commands not checked: {tmp_path}/nothing/wl-client, "
+        f"{tmp_path}/nothing/wl-node not built; fix: make -C workload-node"
+    )
 
 
 def test_a_build_from_before_check_is_a_warning(tmp_path):
-    build = fake_build(tmp_path, "#!/bin/sh\necho \"$0: unrecognized option '--check'\" >&2\n"
-                                 "echo 'usage: wl-client [options]' >&2\nexit 2\n")
+    build = fake_build(
+        tmp_path,
+        "#!/bin/sh\necho \"$0: unrecognized option '--check'\" >&2\necho 'usage: wl-client [options]' >&2\nexit 2\n",
+    )
     verdict = check_chains(parse(TOPOLOGY), build)
     assert verdict.problems == []
-    assert verdict.warning == (f"wl-client and wl-node commands not checked: {build}/wl-node was built "
-                               "before --check existed; fix: make -C workload-node")
+    assert verdict.warning == (
+        f"wl-client and wl-node commands not checked: {build}/wl-node was built "
+        "before --check existed; fix: make -C workload-node"
+    )
 
 
 def test_a_check_that_crashes_or_hangs_is_a_problem(tmp_path, monkeypatch):
     experiment = parse("services:\n  c: {command: [wl-client]}\n")
     crash = fake_build(tmp_path, "#!/bin/sh\necho 'Segmentation fault' >&2\nkill -SEGV $$\n", ("wl-client",))
     assert [str(p) for p in check_chains(experiment, crash).problems] == [
-        "t.yaml:2: service c: command: wl-client --check failed (exit status -11): Segmentation fault"]
+        "t.yaml:2: service c: command: wl-client --check failed (exit status -11): Segmentation fault"
+    ]
     monkeypatch.setattr(chaincheck, "CHECK_TIMEOUT_S", 0.3)
     (crash / "wl-client").write_text("#!/bin/sh\nexec sleep 5\n")
     started = time.monotonic()
     assert [str(p) for p in check_chains(experiment, crash).problems] == [
-        "t.yaml:2: service c: command: wl-client --check did not answer within 0.3 s"]
+        "t.yaml:2: service c: command: wl-client --check did not answer within 0.3 s"
+    ]
     assert time.monotonic() - started < 3
 
 
 def test_a_long_names_list_keeps_the_names_the_command_mentions(tmp_path, monkeypatch):
     monkeypatch.setattr(chaincheck, "NAMES_MAX_CHARS", 20)
     build = fake_build(tmp_path)
-    experiment = parse("services:\n  server: {command: [sleep, '1'], replicas: 12}\n"
-                       "  c: {command: [wl-client, --to, server-11, -F, 'server,server-2']}\n")
+    experiment = parse(
+        "services:\n  server: {command: [sleep, '1'], replicas: 12}\n"
+        "  c: {command: [wl-client, --to, server-11, -F, 'server,server-2']}\n"
+    )
     check_chains(experiment, build)
     assert calls(build) == ["--check --names server,server-2,server-11 --to server-11 -F server,server-2"]
 
@@ -194,8 +212,9 @@ def test_validate_names_a_missing_build_once(tmp_path, monkeypatch, capsys):
     empty = tmp_path / "nothing"
     monkeypatch.setattr(programs, "workload_build_dir", lambda: empty)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    (tmp_path / "t.yaml").write_text("services:\n  db: {workload: node}\n  c: {command: [wl-client, --to, db]}\n"
-                                     "links:\n  - {from: db, to: c}\n")
+    (tmp_path / "t.yaml").write_text(
+        "services:\n  db: {workload: node}\n  c: {command: [wl-client, --to, db]}\nlinks:\n  - {from: db, to: c}\n"
+    )
     assert main(["validate", str(tmp_path / "t.yaml")]) == 0
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "make -C workload-node" in err[0] and "not checked" not in err[0], err
@@ -204,4 +223,5 @@ def test_validate_names_a_missing_build_once(tmp_path, monkeypatch, capsys):
     assert main(["validate", str(tmp_path / "t.yaml")]) == 0
     assert capsys.readouterr().err.splitlines() == [
         f"{tmp_path}/t.yaml: warning: wl-client and wl-node commands not checked: {empty}/wl-client, "
-        f"{empty}/wl-node not built; fix: make -C workload-node"]
+        f"{empty}/wl-node not built; fix: make -C workload-node"
+    ]

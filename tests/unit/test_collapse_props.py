@@ -37,8 +37,7 @@ PROPS = st.builds(
 @st.composite
 def experiments(draw):
     bridges = [f"s{i}" for i in range(draw(st.integers(0, 5)))]
-    services = [Service(f"v{i}", replicas=draw(st.integers(1, 2)))
-                for i in range(draw(st.integers(1, 4)))]
+    services = [Service(f"v{i}", replicas=draw(st.integers(1, 2))) for i in range(draw(st.integers(1, 4)))]
     elements = bridges + [s.name for s in services]
     links = []
     for _ in range(draw(st.integers(0, 12))):
@@ -48,8 +47,9 @@ def experiments(draw):
         down = draw(st.one_of(st.none(), PROPS))
         links.append(LinkSpec(a, b, draw(PROPS), down))
     metric = draw(st.sampled_from(["latency", "hops"]))
-    return Experiment(Settings("prop", path_metric=metric), tuple(services),
-                      tuple(Bridge(b) for b in bridges), tuple(links))
+    return Experiment(
+        Settings("prop", path_metric=metric), tuple(services), tuple(Bridge(b) for b in bridges), tuple(links)
+    )
 
 
 def reference_graph(state, src, dst):
@@ -70,9 +70,12 @@ def best_edge(graph, a, b):
 def fold(props_list):
     keep = math.prod(1 - p.loss_ratio for p in props_list)
     rates = [p.rate_bps for p in props_list if p.rate_bps is not None]
-    return (sum(p.delay_us for p in props_list),
-            round(math.sqrt(sum(p.jitter_us ** 2 for p in props_list))),
-            round(1 - keep, 12), min(rates) if rates else None)
+    return (
+        sum(p.delay_us for p in props_list),
+        round(math.sqrt(sum(p.jitter_us**2 for p in props_list))),
+        round(1 - keep, 12),
+        min(rates) if rates else None,
+    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -81,8 +84,9 @@ def test_collapse_agrees_with_networkx(experiment):
     state = collapse(experiment)
     instances = state.instances
     # The vectorised fold (paths) and the per-path walk (path) agree.
-    assert list(state.paths()) == [state.path(a, b) for a in instances for b in instances
-                                   if a != b and state.path(a, b) is not None]
+    assert list(state.paths()) == [
+        state.path(a, b) for a in instances for b in instances if a != b and state.path(a, b) is not None
+    ]
     for src in instances:
         for dst in instances:
             if src == dst:
@@ -100,7 +104,8 @@ def test_collapse_agrees_with_networkx(experiment):
             assert all(link.present for link in links)
             assert all(link.dst in state.graph.bridges for link in links[:-1])
             assert (path.delay_us, path.jitter_us, path.loss_ratio, path.rate_bps) == fold(
-                [link.props for link in links])
+                [link.props for link in links]
+            )
 
             def weight(a, b, edges):
                 return min(e["props"].delay_us for e in edges.values())
@@ -112,8 +117,9 @@ def test_collapse_agrees_with_networkx(experiment):
                 hops = nx.shortest_path_length(graph, src, dst)
                 assert len(path.link_ids) == hops
                 candidates = list(nx.all_shortest_paths(graph, src, dst))
-                lengths = [sum(best_edge(graph, a, b)[1]["props"].delay_us
-                               for a, b in zip(n, n[1:])) for n in candidates]
+                lengths = [
+                    sum(best_edge(graph, a, b)[1]["props"].delay_us for a, b in zip(n, n[1:])) for n in candidates
+                ]
                 assert path.delay_us == min(lengths)
                 nodes = [n for n, length in zip(candidates, lengths) if length == min(lengths)]
             if len(nodes) == 1:  # a unique route: every property must match it
@@ -121,8 +127,9 @@ def test_collapse_agrees_with_networkx(experiment):
                 delays = [graph[a][b] for a, b in zip(nodes[0], nodes[0][1:])]
                 if all(len({e["props"].delay_us for e in d.values()}) == len(d) for d in delays):
                     assert path.link_ids == tuple(key for key, _ in edges)
-                    assert (path.delay_us, path.jitter_us, path.loss_ratio, path.rate_bps) == \
-                        fold([e["props"] for _, e in edges])
+                    assert (path.delay_us, path.jitter_us, path.loss_ratio, path.rate_bps) == fold(
+                        [e["props"] for _, e in edges]
+                    )
 
 
 @st.composite
@@ -148,8 +155,7 @@ def experiments_with_events(draw):
                 events.append(LinkSetEvent(at_us, spec.a, spec.b, up, down))
             else:
                 links_on[key] = not links_on[key]
-                events.append(LinkEvent(at_us, spec.a, spec.b,
-                                        "join" if links_on[key] else "leave"))
+                events.append(LinkEvent(at_us, spec.a, spec.b, "join" if links_on[key] else "leave"))
     return Experiment(base.settings, base.services, base.bridges, base.links, tuple(events))
 
 
@@ -165,6 +171,7 @@ def test_incremental_timeline_equals_recomputing(experiment):
         current = {(p.src, p.dst): p for p in state.paths()}
         assert current == {(p.src, p.dst): p for p in scratch.paths()}
         if previous is not None:
-            assert set(step.changed) == {pair for pair in current.keys() | previous.keys()
-                                         if current.get(pair) != previous.get(pair)}
+            assert set(step.changed) == {
+                pair for pair in current.keys() | previous.keys() if current.get(pair) != previous.get(pair)
+            }
         previous = current

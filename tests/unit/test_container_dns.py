@@ -23,8 +23,8 @@ from collapsar.manager.container.dnswire import TYPE_A, TYPE_PTR, DnsError, deco
 
 def test_query_is_one_question_with_recursion_desired():
     assert encode_query("tasks.st_web", TYPE_A, 0x1234) == (
-        b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
-        b"\x05tasks\x06st_web\x00\x00\x01\x00\x01")
+        b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x05tasks\x06st_web\x00\x00\x01\x00\x01"
+    )
 
 
 def reply(query: bytes, answers: list[bytes], flags: int = 0x8180, qdcount: int = 1) -> bytes:
@@ -70,42 +70,63 @@ MALFORMED = [
     (reply(QUERY, [], flags=0x0100), "flags 0x0100: expected a standard query's reply"),
     (reply(QUERY, [], flags=0x8182), "the server answered SERVFAIL (flags 0x8182)"),
     (reply(QUERY, [], flags=0x8185), "the server answered REFUSED"),
-    (reply(encode_query("tasks.st_evil", TYPE_A, 0x0101), []),
-     "the question section (1 questions) does not echo the query"),
+    (
+        reply(encode_query("tasks.st_evil", TYPE_A, 0x0101), []),
+        "the question section (1 questions) does not echo the query",
+    ),
     (reply(encode_query("tasks.st_web", TYPE_PTR, 0x0101), []), "does not echo the query"),
     (reply(QUERY, [], qdcount=0), "the question section (0 questions) does not echo the query"),
     (reply(QUERY, [], qdcount=2), "the question section (2 questions) does not echo the query"),
-    (QUERY[:2] + b"\x81\x80\x00\x01\x00\x00\x00\x00\x00\x00\x05tas",
-     "the question section (1 questions) does not echo the query"),
+    (
+        QUERY[:2] + b"\x81\x80\x00\x01\x00\x00\x00\x00\x00\x00\x05tas",
+        "the question section (1 questions) does not echo the query",
+    ),
     # More answers counted than sent.
-    (reply(QUERY, [a_record([1, 2, 3, 4])])[:6] + b"\x00\x05" + reply(QUERY, [a_record([1, 2, 3, 4])])[8:],
-     f"answer 2 of 5: name at byte {END + 16} runs past the end of the reply ({END + 16} bytes)"),
+    (
+        reply(QUERY, [a_record([1, 2, 3, 4])])[:6] + b"\x00\x05" + reply(QUERY, [a_record([1, 2, 3, 4])])[8:],
+        f"answer 2 of 5: name at byte {END + 16} runs past the end of the reply ({END + 16} bytes)",
+    ),
     (reply(QUERY, [b"\xc0\x0c" + RR_A[:6]]), f"answer 1 of 1: record at byte {END + 2} is cut off"),
-    (reply(QUERY, [b"\xc0\x0c" + struct.pack("!HHIH", TYPE_A, 1, 600, 900) + b"\x01\x02"]),
-     f"answer 1 of 1: 900 bytes of data at byte {END + 12} run past the end of the reply"),
-    (reply(QUERY, [b"\xc0\x0c" + struct.pack("!HHIH", TYPE_A, 1, 600, 5) + b"\x01\x02\x03\x04\x05"]),
-     "answer 1 of 1: an A record of 5 bytes, expected 4"),
+    (
+        reply(QUERY, [b"\xc0\x0c" + struct.pack("!HHIH", TYPE_A, 1, 600, 900) + b"\x01\x02"]),
+        f"answer 1 of 1: 900 bytes of data at byte {END + 12} run past the end of the reply",
+    ),
+    (
+        reply(QUERY, [b"\xc0\x0c" + struct.pack("!HHIH", TYPE_A, 1, 600, 5) + b"\x01\x02\x03\x04\x05"]),
+        "answer 1 of 1: an A record of 5 bytes, expected 4",
+    ),
     # Name compression: a pointer to itself, forwards, into the header, a label looping back.
-    (reply(QUERY, [struct.pack("!H", 0xC000 | END) + RR_A + b"\x01\x02\x03\x04"]),
-     f"answer 1 of 1: compression pointer at byte {END} points to byte {END}, expected an earlier "
-     f"name (bytes 12-{END - 1})"),
-    (reply(QUERY, [struct.pack("!H", 0xC000 | (END + 2)) + b"\x00" + RR_A + b"\x01\x02\x03\x04"]),
-     f"compression pointer at byte {END} points to byte {END + 2}, expected an earlier name"),
-    (reply(QUERY, [b"\xc0\x02" + RR_A + b"\x01\x02\x03\x04"]),
-     f"compression pointer at byte {END} points to byte 2, expected an earlier name"),
-    (reply(QUERY, [b"\x01a" + struct.pack("!H", 0xC000 | END) + RR_A + b"\x01\x02\x03\x04"]),
-     f"compression pointer at byte {END + 2} points to byte {END}, expected an earlier name"),
+    (
+        reply(QUERY, [struct.pack("!H", 0xC000 | END) + RR_A + b"\x01\x02\x03\x04"]),
+        f"answer 1 of 1: compression pointer at byte {END} points to byte {END}, expected an earlier "
+        f"name (bytes 12-{END - 1})",
+    ),
+    (
+        reply(QUERY, [struct.pack("!H", 0xC000 | (END + 2)) + b"\x00" + RR_A + b"\x01\x02\x03\x04"]),
+        f"compression pointer at byte {END} points to byte {END + 2}, expected an earlier name",
+    ),
+    (
+        reply(QUERY, [b"\xc0\x02" + RR_A + b"\x01\x02\x03\x04"]),
+        f"compression pointer at byte {END} points to byte 2, expected an earlier name",
+    ),
+    (
+        reply(QUERY, [b"\x01a" + struct.pack("!H", 0xC000 | END) + RR_A + b"\x01\x02\x03\x04"]),
+        f"compression pointer at byte {END + 2} points to byte {END}, expected an earlier name",
+    ),
     (reply(QUERY, [b"\xc0"]), f"compression pointer at byte {END} is cut off by the end of the reply"),
     (reply(QUERY, [b"\x41abc" + RR_A]), f"label type 0x40 at byte {END}: expected a length or a compression"),
     (reply(QUERY, [b"\x80abc" + RR_A]), f"label type 0x80 at byte {END}: expected a length"),
     (reply(QUERY, [b"\x3fabc"]), f"label at byte {END} of 63 bytes runs past the end of the reply"),
-    (reply(QUERY, [(b"\x3f" + b"x" * 63) * 5 + b"\x00" + RR_A + b"\x01\x02\x03\x04"]),
-     f"answer 1 of 1: name at byte {END} is longer than 255 bytes"),
+    (
+        reply(QUERY, [(b"\x3f" + b"x" * 63) * 5 + b"\x00" + RR_A + b"\x01\x02\x03\x04"]),
+        f"answer 1 of 1: name at byte {END} is longer than 255 bytes",
+    ),
     (reply(QUERY, [b"\x02\xc3\xa9\x00" + RR_A + b"\x01\x02\x03\x04"]), f"label at byte {END} is not ASCII"),
-    (reply(QUERY, [b"\xc0\x0c" + RR_PTR(3) + b"\x02ab\x00"]),
-     "answer 1 of 1: PTR data of 3 bytes holds a name of 4"),
-    (reply(QUERY, [b"\xc0\x0c" + RR_PTR(4) + b"\x01a\x00\x00"]),
-     "answer 1 of 1: PTR data of 4 bytes holds a name of 3"),
+    (reply(QUERY, [b"\xc0\x0c" + RR_PTR(3) + b"\x02ab\x00"]), "answer 1 of 1: PTR data of 3 bytes holds a name of 4"),
+    (
+        reply(QUERY, [b"\xc0\x0c" + RR_PTR(4) + b"\x01a\x00\x00"]),
+        "answer 1 of 1: PTR data of 4 bytes holds a name of 3",
+    ),
 ]
 
 
@@ -121,10 +142,26 @@ def test_malformed_replies_raise_one_dns_error(data, message):
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PTR_QUERY = encode_query(reverse_name("10.201.0.5"), TYPE_PTR, 0x0101)
 PTR_TARGET = b"\x0bst_web.2.ab\xc0\x0c"
-VALID = [reply(QUERY, [a_record([10, 201, 0, 5]), a_record([10, 201, 0, 9], owner=b"\x05tasks\xc0\x12")]),
-         reply(PTR_QUERY, [b"\xc0\x0c" + RR_PTR(len(PTR_TARGET)) + PTR_TARGET])]
-PIECES = [b"\xc0\x0c", b"\xc0", b"\x00", b"\x01a", b"\x3f", b"\x40", b"\x80", b"\x05tasks", RR_A, RR_PTR(2),
-          RR_PTR(300), b"\x01\x02\x03\x04", b"\xff", b"\xc3\xa9"]
+VALID = [
+    reply(QUERY, [a_record([10, 201, 0, 5]), a_record([10, 201, 0, 9], owner=b"\x05tasks\xc0\x12")]),
+    reply(PTR_QUERY, [b"\xc0\x0c" + RR_PTR(len(PTR_TARGET)) + PTR_TARGET]),
+]
+PIECES = [
+    b"\xc0\x0c",
+    b"\xc0",
+    b"\x00",
+    b"\x01a",
+    b"\x3f",
+    b"\x40",
+    b"\x80",
+    b"\x05tasks",
+    RR_A,
+    RR_PTR(2),
+    RR_PTR(300),
+    b"\x01\x02\x03\x04",
+    b"\xff",
+    b"\xc3\xa9",
+]
 
 
 def only_dns_errors(data: bytes, query: bytes) -> None:
@@ -152,23 +189,34 @@ def test_fuzz_any_body_after_the_right_header_and_question(flags, ancount, body)
 
 
 @FUZZ
-@given(st.lists(st.one_of(st.sampled_from(PIECES), st.binary(max_size=4),
-                          st.integers(0xC000, 0xC0FF).map(lambda p: struct.pack("!H", p))), max_size=40),
-       st.integers(1, 8))
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(PIECES),
+            st.binary(max_size=4),
+            st.integers(0xC000, 0xC0FF).map(lambda p: struct.pack("!H", p)),
+        ),
+        max_size=40,
+    ),
+    st.integers(1, 8),
+)
 def test_fuzz_answers_built_of_dns_pieces(pieces, ancount):
     header = QUERY[:2] + struct.pack("!HHHHH", 0x8180, 1, ancount, 0, 0)
     only_dns_errors(header + QUERY[12:] + b"".join(pieces), QUERY)
 
 
 @FUZZ
-@given(st.sampled_from(range(len(VALID))), st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)),
-                                                     max_size=6), st.integers(0, 200))
+@given(
+    st.sampled_from(range(len(VALID))),
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=6),
+    st.integers(0, 200),
+)
 def test_fuzz_mutated_valid_replies(which, flips, cut):
     data = bytearray(VALID[which])
     for position, value in flips:
         if position < len(data):
             data[position] = value
-    only_dns_errors(bytes(data[:len(data) - cut % (len(data) + 1)]), (QUERY, PTR_QUERY)[which])
+    only_dns_errors(bytes(data[: len(data) - cut % (len(data) + 1)]), (QUERY, PTR_QUERY)[which])
 
 
 @FUZZ
@@ -188,6 +236,7 @@ def test_the_valid_fuzz_seeds_parse():
 
 # ---- over UDP, against a resolver on loopback ----------------------------------
 
+
 class FakeResolver:
     """A DNS server on 127.0.0.1 that sends, for each query, what `respond(query)`
     lists: (source, datagram), the source being "asked" (the address the client
@@ -196,8 +245,10 @@ class FakeResolver:
     def __init__(self, respond):
         self.respond = respond
         self.queries: list[bytes] = []
-        self.sockets = {source: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                        for source in ("asked", "other-port", "other-address")}
+        self.sockets = {
+            source: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            for source in ("asked", "other-port", "other-address")
+        }
         self.sockets["asked"].bind(("127.0.0.1", 0))
         self.sockets["other-port"].bind(("127.0.0.1", 0))
         self.sockets["other-address"].bind(("127.0.0.2", 0))
@@ -235,8 +286,8 @@ def resolver():
 def test_forged_replies_from_another_address_or_port_are_dropped(resolver):
     def respond(query):
         forged = reply(query, [a_record([6, 6, 6, 6])])  # right id, right question: only the source is wrong
-        return [("other-address", forged), ("other-port", forged),
-                ("asked", reply(query, [a_record([10, 0, 0, 5])]))]
+        return [("other-address", forged), ("other-port", forged), ("asked", reply(query, [a_record([10, 0, 0, 5])]))]
+
     server = resolver(respond)
     with Resolver(server.address, timeout_s=2.0) as dns:
         assert dns.ask("tasks.st_web", TYPE_A) == ["10.0.0.5"]
@@ -253,8 +304,12 @@ def test_answers_of_another_type_than_asked_are_not_taken(resolver):
 
 
 def test_only_forged_replies_time_out(resolver):
-    server = resolver(lambda query: [("other-address", reply(query, [a_record([6, 6, 6, 6])])),
-                                     ("other-port", reply(query, [a_record([6, 6, 6, 6])]))])
+    server = resolver(
+        lambda query: [
+            ("other-address", reply(query, [a_record([6, 6, 6, 6])])),
+            ("other-port", reply(query, [a_record([6, 6, 6, 6])])),
+        ]
+    )
     with Resolver(server.address, timeout_s=0.3) as dns, pytest.raises(DnsError) as error:
         dns.ask("tasks.st_web", TYPE_A)
     assert str(error.value) == f"DNS 127.0.0.1:{server.address[1]}: A tasks.st_web: no reply within 0.3 s"
@@ -264,6 +319,7 @@ def test_a_late_reply_to_another_question_is_skipped(resolver):
     def respond(query):
         stale = bytes([query[0] ^ 0xFF]) + reply(query, [a_record([10, 9, 9, 9])])[1:]
         return [("asked", stale), ("asked", reply(query, [a_record([10, 0, 0, 5])]))]
+
     server = resolver(respond)
     with Resolver(server.address, timeout_s=2.0) as dns:
         assert dns.ask("tasks.st_web", TYPE_A) == ["10.0.0.5"]
@@ -273,8 +329,10 @@ def test_a_malformed_reply_names_the_server_and_the_question(resolver):
     server = resolver(lambda query: [("asked", reply(query, [b"\xc0\x0c" + RR_A[:6]]))])
     with Resolver(server.address, timeout_s=2.0) as dns, pytest.raises(DnsError) as error:
         dns.ask("tasks.st_web", TYPE_A)
-    assert str(error.value) == (f"DNS 127.0.0.1:{server.address[1]}: A tasks.st_web: answer 1 of 1: record at "
-                                f"byte {END + 2} is cut off by the end of the reply ({END + 8} bytes)")
+    assert str(error.value) == (
+        f"DNS 127.0.0.1:{server.address[1]}: A tasks.st_web: answer 1 of 1: record at "
+        f"byte {END + 2} is cut off by the end of the reply ({END + 8} bytes)"
+    )
 
 
 def test_nothing_listening_is_a_dns_error():
@@ -289,6 +347,7 @@ def test_nothing_listening_is_a_dns_error():
 def swarm_dns(healthy: dict):
     """Answers as Swarm's DNS does for one task st_b.1 at 10.0.0.3, or (while
     healthy["now"] is False) with a reply cut after 5 bytes."""
+
     def respond(query):
         if not healthy["now"]:
             return [("asked", reply(query, [])[:5])]
@@ -296,6 +355,7 @@ def swarm_dns(healthy: dict):
             return [("asked", reply(query, [a_record([10, 0, 0, 3])]))]
         target = b"\x0ast_b.1.xyz\x06st_net\x00"
         return [("asked", reply(query, [b"\xc0\x0c" + RR_PTR(len(target)) + target]))]
+
     return respond
 
 
@@ -310,7 +370,8 @@ def test_a_dns_outage_is_said_once_and_the_run_goes_on(bindings, resolver):  # n
         run.scan()
     assert run.out.getvalue().splitlines() == [
         f"warning: overlay DNS: DNS 127.0.0.1:{server.address[1]}: A tasks.st_b: reply of 5 bytes is "
-        "shorter than a DNS header (12) (retried at every rescan; said again once it works)"]
+        "shorter than a DNS header (12) (retried at every rescan; said again once it works)"
+    ]
     assert sorted(run.shaped) == ["a"] and run.remote == {}
     healthy["now"] = True
     run.scan()
@@ -328,14 +389,17 @@ def test_outage_report_says_each_outage_once():
 
     def fail():
         raise DnsError("DNS 10.0.0.1:53: A tasks.st_x: no reply within 1 s")
+
     assert report.attempt(fail, []) == [] and report.attempt(fail, []) == []
     assert report.attempt(lambda: ["10.0.0.7:7070"], []) == ["10.0.0.7:7070"]
     assert report.attempt(fail, ["kept"]) == ["kept"]
-    assert said == ["warning: finding the other managers: DNS 10.0.0.1:53: A tasks.st_x: no reply within 1 s "
-                    "(retried at every rescan; said again once it works)",
-                    "finding the other managers: works again",
-                    "warning: finding the other managers: DNS 10.0.0.1:53: A tasks.st_x: no reply within 1 s "
-                    "(retried at every rescan; said again once it works)"]
+    assert said == [
+        "warning: finding the other managers: DNS 10.0.0.1:53: A tasks.st_x: no reply within 1 s "
+        "(retried at every rescan; said again once it works)",
+        "finding the other managers: works again",
+        "warning: finding the other managers: DNS 10.0.0.1:53: A tasks.st_x: no reply within 1 s "
+        "(retried at every rescan; said again once it works)",
+    ]
 
 
 def test_a_query_for_a_name_dns_cannot_carry_is_refused():

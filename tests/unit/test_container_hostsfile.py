@@ -42,7 +42,7 @@ def test_a_process_sharing_our_root_is_not_a_container_and_its_hosts_file_is_lef
 
 def test_a_gone_process_is_an_oserror():
     with pytest.raises(OSError):
-        hostsfile.update(2 ** 22 + 1, {"server": "10.0.0.3"})
+        hostsfile.update(2**22 + 1, {"server": "10.0.0.3"})
 
 
 def test_the_shaped_mark_is_not_written_outside_a_container(tmp_path):
@@ -196,7 +196,9 @@ def test_an_oversized_hosts_file_is_refused_and_left_alone(box):
     with pytest.raises(inroot.RefusedFile) as raised:
         hostsfile.rewrite_hosts(fd, "box", NAMES)
     assert (raised.value.errno, str(raised.value)) == (
-        errno.EFBIG, f"box/etc/hosts is {len(stuffed)} bytes, more than the 1048576 expected at most")
+        errno.EFBIG,
+        f"box/etc/hosts is {len(stuffed)} bytes, more than the 1048576 expected at most",
+    )
     assert (root / "etc" / "hosts").read_bytes() == stuffed
 
 

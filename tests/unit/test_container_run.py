@@ -47,6 +47,7 @@ def bindings(monkeypatch):
         name = nsbind.binding_name(container_id, pid)
         live.add(name)
         return name
+
     monkeypatch.setattr(nsbind, "bind", bind)
     monkeypatch.setattr(nsbind, "release", live.discard)
     monkeypatch.setattr(nsbind, "ifname_with", lambda name, ip: "eth0")
@@ -69,16 +70,18 @@ def make_run(first_instances=("a", "b", "c"), experiment=None):
     state = FakeState(list(first_instances), full_mesh(list(first_instances), rate_bps=10_000_000))
     later = FakeState(NAMES, full_mesh(NAMES, rate_bps=5_000_000))
     timeline = timeline_of([(0, (), state), (60_000_000, (), later)])
-    experiment = experiment or SimpleNamespace(settings=SimpleNamespace(wire_overhead=True, period_us=50_000),
-                                               source="t")
+    experiment = experiment or SimpleNamespace(
+        settings=SimpleNamespace(wire_overhead=True, period_us=50_000), source="t"
+    )
     tcal = SimpleNamespace(TcTree=FakeTree, Shaping=Shaping)
     return ContainerRun(experiment, timeline, ContainerOptions("e-1"), FakeView(), tcal)
 
 
 def seen(name, pid=100, ip=None, running=True, code=0, cid=None):
     ips = {"a": "10.0.0.2", "b": "10.0.0.3", "c": "10.0.0.4"}
-    return Seen(name, cid or f"{name}0000000000000", pid if running else 0,
-                ip if ip is not None else ips[name], running, code)
+    return Seen(
+        name, cid or f"{name}0000000000000", pid if running else 0, ip if ip is not None else ips[name], running, code
+    )
 
 
 def test_running_containers_get_a_core_with_the_paths_in_force(bindings):
@@ -87,8 +90,7 @@ def test_running_containers_get_a_core_with_the_paths_in_force(bindings):
     assert sorted(run.shaped) == NAMES
     tree_a = run.shaped["a"].core.tree
     assert tree_a.netns == "cxd-a00000000000-100" and tree_a.ifname == "eth0" and tree_a.netem is False
-    assert {ip: s.rate_bps for ip, s in tree_a.shapings.items()} == {"10.0.0.3": 10_000_000,
-                                                                     "10.0.0.4": 10_000_000}
+    assert {ip: s.rate_bps for ip, s in tree_a.shapings.items()} == {"10.0.0.3": 10_000_000, "10.0.0.4": 10_000_000}
     assert bindings == {"cxd-a00000000000-100", "cxd-b00000000000-100", "cxd-c00000000000-100"}
 
 
@@ -164,13 +166,24 @@ def test_set_paths_reaches_only_shaped_sources_and_known_destinations(bindings):
 
 
 def test_seen_from_reads_the_inspect_document():
-    attrs = {"Id": "f" * 64,
-             "Config": {"Labels": {"org.collapsar.experiment": "e-1", "org.collapsar.role": "instance",
-                                   "org.collapsar.service": "web", "com.docker.swarm.task.name": "s_web.2.x"}},
-             "State": {"Running": True, "Pid": 4242, "ExitCode": 0},
-             "NetworkSettings": {"Networks": {
-                 "docker_gwbridge": {"NetworkID": "gw", "IPAddress": "172.18.0.3"},
-                 "s_collapsar": {"NetworkID": "net1", "IPAddress": "10.201.0.7"}}}}
+    attrs = {
+        "Id": "f" * 64,
+        "Config": {
+            "Labels": {
+                "org.collapsar.experiment": "e-1",
+                "org.collapsar.role": "instance",
+                "org.collapsar.service": "web",
+                "com.docker.swarm.task.name": "s_web.2.x",
+            }
+        },
+        "State": {"Running": True, "Pid": 4242, "ExitCode": 0},
+        "NetworkSettings": {
+            "Networks": {
+                "docker_gwbridge": {"NetworkID": "gw", "IPAddress": "172.18.0.3"},
+                "s_collapsar": {"NetworkID": "net1", "IPAddress": "10.201.0.7"},
+            }
+        },
+    }
     assert seen_from(attrs, "e-1", {"net1"}) == Seen("web-2", "f" * 64, 4242, "10.201.0.7", True, 0)
     assert seen_from(attrs, "e-2", {"net1"}) is None
     stopped = {**attrs, "State": {"Running": False, "Pid": 0, "ExitCode": 137}}
@@ -179,6 +192,7 @@ def test_seen_from_reads_the_inspect_document():
 
 def test_a_join_on_swarm_scales_the_service_to_the_joined_index():
     from collapsar.parser import parse_text
+
     experiment = parse_text("experiment: {name: j}\nservices: {web: {command: [x], replicas: 2}}\n")
     run = make_run(experiment=experiment)
     run.options.bootstrapper = "b" * 64
@@ -193,17 +207,20 @@ def test_a_container_that_cannot_be_shaped_now_is_retried_not_fatal(bindings, mo
     import io
 
     from collapsar.errors import CollapsarError
+
     run = make_run()
     run.out = io.StringIO()
 
     def gone(name, ip):
         raise CollapsarError(f"namespace {name}: no interface holds {ip}")
+
     monkeypatch.setattr(nsbind, "ifname_with", gone)
     run._reconcile({"a": seen("a")})
     assert run.shaped == {} and bindings == set()  # the binding made for it is released
     assert run.view.changed.is_set()
-    assert "warning: a: not shaped yet: namespace cxd-a00000000000-100: no interface holds 10.0.0.2" \
-        in run.out.getvalue()
+    assert (
+        "warning: a: not shaped yet: namespace cxd-a00000000000-100: no interface holds 10.0.0.2" in run.out.getvalue()
+    )
 
 
 def test_instance_names_reach_every_shaped_container_and_follow_new_addresses(bindings):

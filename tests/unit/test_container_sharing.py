@@ -13,8 +13,10 @@ def inspection(networks, pid=4242):
 
 
 def test_the_bootstrapper_address_is_the_one_on_the_stacks_experiment_overlay():
-    assert overlay_address(inspection({"ingress": {"IPAddress": "10.0.0.5"},
-                                       "exp_collapsar": {"IPAddress": "10.77.0.9"}})) == "10.77.0.9"
+    assert (
+        overlay_address(inspection({"ingress": {"IPAddress": "10.0.0.5"}, "exp_collapsar": {"IPAddress": "10.77.0.9"}}))
+        == "10.77.0.9"
+    )
     assert overlay_address(inspection({"bridge": {"IPAddress": "172.17.0.2"}})) is None
     assert overlay_address({}) is None
 
@@ -46,11 +48,17 @@ def test_on_swarm_the_driver_runs_in_the_bootstrappers_namespace_and_listens_on_
     (tmp_path / "4242").mkdir()
     key = write_key_file(tmp_path / "4242" / "key")
     monkeypatch.setattr(container_sharing, "SECRET_PATH", str(tmp_path / "{pid}" / "key"))
-    run = SimpleNamespace(experiment=SimpleNamespace(source="x.yaml"), instances=["a", "b"], netem=False,
-                          timeline=SimpleNamespace(steps=[SimpleNamespace(state="s0")]), lock=None,
-                          options=SimpleNamespace(experiment_id="e1"))
+    run = SimpleNamespace(
+        experiment=SimpleNamespace(source="x.yaml"),
+        instances=["a", "b"],
+        netem=False,
+        timeline=SimpleNamespace(steps=[SimpleNamespace(state="s0")]),
+        lock=None,
+        options=SimpleNamespace(experiment_id="e1"),
+    )
     _, peers = container_sharing.container_sharing(
-        run, print, bootstrapper=inspection({"st_collapsar": {"IPAddress": "10.77.0.9"}}), dns=FakeDns([]))
+        run, print, bootstrapper=inspection({"st_collapsar": {"IPAddress": "10.77.0.9"}}), dns=FakeDns([])
+    )
     assert made["listen"] == "10.77.0.9:40106"
     assert made["driver_prefix"] == ("nsenter", "--net=/proc/4242/ns/net", "--")
     assert made["aeron_dir"] == "/dev/shm/collapsar-e1-aeron" and made["cores"] == {}
@@ -65,8 +73,13 @@ def test_on_swarm_the_driver_runs_in_the_bootstrappers_namespace_and_listens_on_
     said = []
     made.clear()
     _, peers = container_sharing.container_sharing(
-        run, said.append, bootstrapper=inspection({"st_collapsar": {"IPAddress": "10.77.0.9"}}, pid=4343),
-        dns=FakeDns([]))
+        run,
+        said.append,
+        bootstrapper=inspection({"st_collapsar": {"IPAddress": "10.77.0.9"}}, pid=4343),
+        dns=FakeDns([]),
+    )
     assert (made["listen"], made["driver_prefix"], peers) == (None, (), None)
-    assert len(said) == 1 and said[0].startswith(f"warning: sharing: {tmp_path}/4343/key: cannot open the metadata "
-                                                 f"key (No such file or directory); the stack grants no key")
+    assert len(said) == 1 and said[0].startswith(
+        f"warning: sharing: {tmp_path}/4343/key: cannot open the metadata "
+        f"key (No such file or directory); the stack grants no key"
+    )

@@ -74,6 +74,7 @@ def live(text=STAR, netem=False):
 
 # ---- tokens and the action table ----------------------------------------------
 
+
 def test_bearer_matches_only_the_exact_token():
     assert bearer_matches("Bearer s3cret", "s3cret")
     assert not bearer_matches("Bearer s3cre", "s3cret")
@@ -103,14 +104,17 @@ def test_actions_unknown_and_unavailable():
     assert control.handle("link", {"x": 1}) == {"x": 1}
 
 
-@pytest.mark.parametrize("body, words", [
-    ([1, 2], "expected a JSON object"),
-    ({"link": ["a", "b"], "set": {"bandwidth": "1Mbps"}, "at": "5s"}, "unexpected key 'at'"),
-    ({"link": ["a"], "set": {"bandwidth": "1Mbps"}}, '"link" must name the two ends'),
-    ({"link": ["a", 3], "set": {"bandwidth": "1Mbps"}}, '"link" must name the two ends'),
-    ({"link": ["a", "b"], "set": {}}, '"set" must be an object'),
-    ({"link": ["a", "b"]}, '"set" must be an object'),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ([1, 2], "expected a JSON object"),
+        ({"link": ["a", "b"], "set": {"bandwidth": "1Mbps"}, "at": "5s"}, "unexpected key 'at'"),
+        ({"link": ["a"], "set": {"bandwidth": "1Mbps"}}, '"link" must name the two ends'),
+        ({"link": ["a", 3], "set": {"bandwidth": "1Mbps"}}, '"link" must name the two ends'),
+        ({"link": ["a", "b"], "set": {}}, '"set" must be an object'),
+        ({"link": ["a", "b"]}, '"set" must be an object'),
+    ],
+)
 def test_request_shape_is_checked_first(body, words):
     with pytest.raises(ControlRefused) as refused:
         read_change(body)
@@ -119,21 +123,25 @@ def test_request_shape_is_checked_first(body, words):
 
 # ---- the parser checks the change -------------------------------------------------
 
+
 def test_change_appended_as_a_set_event_of_the_file():
-    experiment = with_events(STAR, "star.yaml",
-                             [{"at": "100000us", "link": ["c1", "sw"], "set": {"bandwidth": "10Mbps"}}])
+    experiment = with_events(
+        STAR, "star.yaml", [{"at": "100000us", "link": ["c1", "sw"], "set": {"bandwidth": "10Mbps"}}]
+    )
     sets = [(e.at_us, e.a, e.b, dict(e.up)) for e in experiment.events]
-    assert sets == [(100_000, "c1", "sw", {"rate_bps": 10_000_000}),
-                    (400_000, "c2", "sw", {"rate_bps": 5_000_000})]
+    assert sets == [(100_000, "c1", "sw", {"rate_bps": 10_000_000}), (400_000, "c2", "sw", {"rate_bps": 5_000_000})]
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"link": ["c1", "nowhere"], "set": {"bandwidth": "1Mbps"}}, "unknown element 'nowhere'"),
-    ({"link": ["c1", "srv"], "set": {"bandwidth": "1Mbps"}}, "there is no link between c1 and srv"),
-    ({"link": ["c1", "sw"], "set": {"bandwidth": "7 parsecs"}}, "bandwidth: expected a rate"),
-    ({"link": ["c1", "sw"], "set": {"colour": "red"}}, "unknown key 'colour'"),
-    ({"link": ["c1", "sw"], "set": {"command": ["sh", "-c", "id"]}}, "unknown key 'command'"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"link": ["c1", "nowhere"], "set": {"bandwidth": "1Mbps"}}, "unknown element 'nowhere'"),
+        ({"link": ["c1", "srv"], "set": {"bandwidth": "1Mbps"}}, "there is no link between c1 and srv"),
+        ({"link": ["c1", "sw"], "set": {"bandwidth": "7 parsecs"}}, "bandwidth: expected a rate"),
+        ({"link": ["c1", "sw"], "set": {"colour": "red"}}, "unknown key 'colour'"),
+        ({"link": ["c1", "sw"], "set": {"command": ["sh", "-c", "id"]}}, "unknown key 'command'"),
+    ],
+)
 def test_bad_changes_get_the_parsers_message(change, words):
     _, _, adhoc = live()
     with pytest.raises(ControlRefused) as refused:
@@ -159,14 +167,14 @@ def test_delay_in_a_rate_only_run_is_refused():
 
 # ---- the change reaches the paths and stays ---------------------------------------
 
+
 def test_change_before_start_goes_onto_t0_shaping_and_is_logged():
     player, recorder, adhoc = live()
     reply = adhoc.apply({"link": ["c1", "sw"], "set": {"bandwidth": "10Mbps"}})
     assert reply["at_us"] == 0 and reply["label"] == "ad-hoc: link c1 -- sw set bandwidth=10Mbps"
     assert recorder.rate("c1", "srv") == 10_000_000 and recorder.rate("c1", "c2") == 10_000_000
     assert recorder.rate("srv", "c2") is None  # untouched pairs are not re-sent
-    assert [(e.label, e.adhoc) for e in player.log] == [
-        ("ad-hoc: link c1 -- sw set bandwidth=10Mbps", True)]
+    assert [(e.label, e.adhoc) for e in player.log] == [("ad-hoc: link c1 -- sw set bandwidth=10Mbps", True)]
 
 
 def test_change_mid_run_persists_past_a_later_event_on_another_link():

@@ -14,12 +14,22 @@ from collapsar.manager.status import StatusBoard, StatusServer
 
 
 def snapshot(run, t_us, instance, load_bps):
-    return {"run_id": run, "t_us": t_us, "state": "running",
-            "instances": [{"name": instance, "status": "up", "network": "up"}],
-            "flows": [{"src": instance, "dst": "db", "rate_bps": load_bps}],
-            "links": [{"id": 0, "present": True, "degraded": False,
-                       "up": {"rate_bps": 10_000_000, "load_bps": load_bps, "utilisation": 0.0}}],
-            "events": {"applied": [], "pending": 1, "upcoming": [{"at_us": 5, "label": "x"}]}}
+    return {
+        "run_id": run,
+        "t_us": t_us,
+        "state": "running",
+        "instances": [{"name": instance, "status": "up", "network": "up"}],
+        "flows": [{"src": instance, "dst": "db", "rate_bps": load_bps}],
+        "links": [
+            {
+                "id": 0,
+                "present": True,
+                "degraded": False,
+                "up": {"rate_bps": 10_000_000, "load_bps": load_bps, "utilisation": 0.0},
+            }
+        ],
+        "events": {"applied": [], "pending": 1, "upcoming": [{"at_us": 5, "label": "x"}]},
+    }
 
 
 class Manager:
@@ -27,10 +37,14 @@ class Manager:
         self.calls = []
         self.board = StatusBoard()
         self.board.publish(snapshot("r1", 1000, instance, load_bps))
-        control = RunControl(token, stop=lambda: self.calls.append("stop") or {"ok": True},
-                             link=lambda body: self.calls.append(body) or {"ok": True})
-        self.server = StatusServer(self.board, 0, control=control,
-                                   topology=lambda: {"nodes": [{"id": instance}], "links": []}).start()
+        control = RunControl(
+            token,
+            stop=lambda: self.calls.append("stop") or {"ok": True},
+            link=lambda body: self.calls.append(body) or {"ok": True},
+        )
+        self.server = StatusServer(
+            self.board, 0, control=control, topology=lambda: {"nodes": [{"id": instance}], "links": []}
+        ).start()
         self.url = f"http://127.0.0.1:{self.server.port}"
 
     def close(self):
@@ -91,8 +105,7 @@ def test_follows_both_streams_and_notices_one_going_away(managers):
         assert agg.topology()["nodes"] == [{"id": "web"}]  # the first manager's
         managers[1].board.close()
         managers[1].server.stop()
-        assert wait_for(lambda: [m["state"] for m in board.snapshot()[1]["managers"]]
-                        == ["up", "unreachable"])
+        assert wait_for(lambda: [m["state"] for m in board.snapshot()[1]["managers"]] == ["up", "unreachable"])
     finally:
         agg.close()
 

@@ -31,37 +31,79 @@ def no_token_env(monkeypatch, tmp_path):
 THREE = ["--manager", "http://a:1", "--manager", "http://b:2", "--manager", "http://c:3"]
 
 
-@pytest.mark.parametrize("argv, env, files, words", [
-    (["--manager", "ftp://10.0.0.1:80"], {}, {},
-     "--manager ftp://10.0.0.1:80: expected a manager's status URL"),
-    (["--manager", "http://127.0.0.1:1", "--port", "70000"], {}, {}, "--port 70000: expected 0 to 65535"),
-    ([], {}, {}, "no --manager given and no local run is active on this host"),
-    (["--manager", "http://a:1", "--token", "s3cret-value"], {}, {},
-     "--token puts the token in the command line, which every user of this machine can read "
-     "(/proc/PID/cmdline); give it in a file (--token-file RUNDIR/control-token) or in "
-     "COLLAPSAR_MANAGER_TOKEN"),
-    (["--manager", "http://a:1", "--token=s3cret-value"], {}, {}, "--token puts the token in the command line"),
-    (["--manager", "http://a:1", "--token-file", "{tmp}/none"], {}, {},
-     "--token-file {tmp}/none: cannot read it: No such file or directory"),
-    (["--manager", "http://a:1", "--token-file", "{tmp}/t"], {}, {"t": "\n"},
-     "--token-file {tmp}/t: empty, expected a control token (collapsar run writes its own to "
-     "RUNDIR/control-token)"),
-    (["--manager", "http://a:1", "--token-file", "{tmp}/t"], {}, {"t": "one\ntwo\n"},
-     "--token-file {tmp}/t: expected one token of printable ASCII, without spaces or line breaks"),
-    (["--manager", "http://a:1", "--token-file", "{tmp}/t"], {}, {"t": "x" * 5000},
-     "--token-file {tmp}/t: over 4096 bytes, expected one control token"),
-    ([*THREE, "--token-file", "{tmp}/t", "--token-file", "{tmp}/t"], {}, {"t": "x"},
-     "--token-file given 2 times for 3 managers: give one token for all, or one per --manager in order"),
-    (THREE, {"COLLAPSAR_MANAGER_TOKEN": "x,y"}, {},
-     "COLLAPSAR_MANAGER_TOKEN holds 2 tokens for 3 managers: give one token for all"),
-    (THREE, {"COLLAPSAR_MANAGER_TOKEN": "x,,y"}, {}, "COLLAPSAR_MANAGER_TOKEN (token 2 of 3): empty"),
-    (["--manager", "http://a:1", "--token-file", "{tmp}/t"], {"COLLAPSAR_MANAGER_TOKEN": "x"}, {"t": "x"},
-     "--token-file and COLLAPSAR_MANAGER_TOKEN both give the managers' tokens: use one of them"),
-    (["--manager", "http://a:1"], {"COLLAPSAR_DASHBOARD_TOKEN": DASHBOARD_TOKEN}, {},
-     "COLLAPSAR_DASHBOARD_TOKEN needs the managers' tokens (--token-file or COLLAPSAR_MANAGER_TOKEN)"),
-    (["--manager", "http://a:1"], {"COLLAPSAR_MANAGER_TOKEN": "x", "COLLAPSAR_DASHBOARD_TOKEN": "short"}, {},
-     "COLLAPSAR_DASHBOARD_TOKEN: 5 characters, expected at least 16"),
-])
+@pytest.mark.parametrize(
+    "argv, env, files, words",
+    [
+        (["--manager", "ftp://10.0.0.1:80"], {}, {}, "--manager ftp://10.0.0.1:80: expected a manager's status URL"),
+        (["--manager", "http://127.0.0.1:1", "--port", "70000"], {}, {}, "--port 70000: expected 0 to 65535"),
+        ([], {}, {}, "no --manager given and no local run is active on this host"),
+        (
+            ["--manager", "http://a:1", "--token", "s3cret-value"],
+            {},
+            {},
+            "--token puts the token in the command line, which every user of this machine can read "
+            "(/proc/PID/cmdline); give it in a file (--token-file RUNDIR/control-token) or in "
+            "COLLAPSAR_MANAGER_TOKEN",
+        ),
+        (["--manager", "http://a:1", "--token=s3cret-value"], {}, {}, "--token puts the token in the command line"),
+        (
+            ["--manager", "http://a:1", "--token-file", "{tmp}/none"],
+            {},
+            {},
+            "--token-file {tmp}/none: cannot read it: No such file or directory",
+        ),
+        (
+            ["--manager", "http://a:1", "--token-file", "{tmp}/t"],
+            {},
+            {"t": "\n"},
+            "--token-file {tmp}/t: empty, expected a control token (collapsar run writes its own to "
+            "RUNDIR/control-token)",
+        ),
+        (
+            ["--manager", "http://a:1", "--token-file", "{tmp}/t"],
+            {},
+            {"t": "one\ntwo\n"},
+            "--token-file {tmp}/t: expected one token of printable ASCII, without spaces or line breaks",
+        ),
+        (
+            ["--manager", "http://a:1", "--token-file", "{tmp}/t"],
+            {},
+            {"t": "x" * 5000},
+            "--token-file {tmp}/t: over 4096 bytes, expected one control token",
+        ),
+        (
+            [*THREE, "--token-file", "{tmp}/t", "--token-file", "{tmp}/t"],
+            {},
+            {"t": "x"},
+            "--token-file given 2 times for 3 managers: give one token for all, or one per --manager in order",
+        ),
+        (
+            THREE,
+            {"COLLAPSAR_MANAGER_TOKEN": "x,y"},
+            {},
+            "COLLAPSAR_MANAGER_TOKEN holds 2 tokens for 3 managers: give one token for all",
+        ),
+        (THREE, {"COLLAPSAR_MANAGER_TOKEN": "x,,y"}, {}, "COLLAPSAR_MANAGER_TOKEN (token 2 of 3): empty"),
+        (
+            ["--manager", "http://a:1", "--token-file", "{tmp}/t"],
+            {"COLLAPSAR_MANAGER_TOKEN": "x"},
+            {"t": "x"},
+            "--token-file and COLLAPSAR_MANAGER_TOKEN both give the managers' tokens: use one of them",
+        ),
+        (
+            ["--manager", "http://a:1"],
+            {"COLLAPSAR_DASHBOARD_TOKEN": DASHBOARD_TOKEN},
+            {},
+            "COLLAPSAR_DASHBOARD_TOKEN needs the managers' tokens (--token-file or COLLAPSAR_MANAGER_TOKEN)",
+        ),
+        (
+            ["--manager", "http://a:1"],
+            {"COLLAPSAR_MANAGER_TOKEN": "x", "COLLAPSAR_DASHBOARD_TOKEN": "short"},
+            {},
+            "COLLAPSAR_DASHBOARD_TOKEN: 5 characters, expected at least 16",
+        ),
+    ],
+)
 def test_bad_arguments(argv, env, files, words, capsys, monkeypatch, tmp_path, no_token_env):
     monkeypatch.setattr("collapsar.dashboard.assets_dir", lambda: tmp_path)  # page not needed
     for name, value in env.items():
@@ -89,6 +131,7 @@ def test_loopback_binds():
 
 # ---- a real `collapsar dashboard` process against a real manager -----------------
 
+
 class Manager:
     """A status server with the control API, as a run serves it; records actions."""
 
@@ -115,11 +158,16 @@ class Dashboard:
 
     def __init__(self, args: list[str], env: dict[str, str]):
         from collapsar.dashboard import assets_dir
+
         assets_dir()  # a clear error (with the fix) if the page was never built
         clean = {k: v for k, v in os.environ.items() if not k.startswith("COLLAPSAR_")}
-        self.proc = subprocess.Popen([sys.executable, "-m", "collapsar.cli", "dashboard", "--port", "0", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**clean, **env})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "collapsar.cli", "dashboard", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**clean, **env},
+        )
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(self._first_lines()), daemon=True)
         reader.start()
@@ -162,8 +210,10 @@ def test_tokens_from_a_file_stay_out_of_argv_and_control_works(manager, tmp_path
     token_file = tmp_path / "control-token"
     token_file.write_text(MANAGER_TOKEN + "\n")  # as collapsar run writes RUNDIR/control-token
     token_file.chmod(0o600)
-    dash = Dashboard(["--manager", manager.url + "/status", "--token-file", str(token_file)],
-                     {"COLLAPSAR_DASHBOARD_TOKEN": DASHBOARD_TOKEN})
+    dash = Dashboard(
+        ["--manager", manager.url + "/status", "--token-file", str(token_file)],
+        {"COLLAPSAR_DASHBOARD_TOKEN": DASHBOARD_TOKEN},
+    )
     try:
         argv = cmdline(dash.proc.pid)
         assert str(token_file).encode() in argv  # the command line names the file...
@@ -194,13 +244,14 @@ def test_manager_token_from_the_environment_and_a_printed_dashboard_token(manage
 def test_bind_localhost_refuses_another_host_dns_rebinding(manager):
     """A page on attacker.example whose name now resolves to 127.0.0.1 sends
     its requests with Host: attacker.example."""
-    dash = Dashboard(["--manager", manager.url, "--bind", "localhost"],
-                     {"COLLAPSAR_MANAGER_TOKEN": MANAGER_TOKEN})
+    dash = Dashboard(["--manager", manager.url, "--bind", "localhost"], {"COLLAPSAR_MANAGER_TOKEN": MANAGER_TOKEN})
     try:
         token = dash.lines[1].removeprefix("dashboard control token: ")
         evil = f"attacker.example:{dash.port}"
         assert dash.request("GET", "/status", host=evil) == (
-            403, {"error": f"Host '{evil}' refused: this API answers loopback names only"})
+            403,
+            {"error": f"Host '{evil}' refused: this API answers loopback names only"},
+        )
         assert dash.request("POST", "/control/stop", token=token, host=evil)[0] == 403
         assert manager.calls == []
         deadline = time.monotonic() + 10

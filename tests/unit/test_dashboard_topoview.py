@@ -28,11 +28,16 @@ def by_id(links):
 def test_topology_lists_services_bridges_and_every_link_ever():
     topo = topology_json(TIMELINE.steps[0].state)
     assert topo["experiment"] == "view"
-    assert topo["nodes"] == [{"id": "web", "kind": "service", "instances": ["web", "web-2"]},
-                             {"id": "db", "kind": "service", "instances": ["db"]},
-                             {"id": "sw", "kind": "bridge"}]
+    assert topo["nodes"] == [
+        {"id": "web", "kind": "service", "instances": ["web", "web-2"]},
+        {"id": "db", "kind": "service", "instances": ["db"]},
+        {"id": "sw", "kind": "bridge"},
+    ]
     assert [(link["id"], link["a"], link["b"]) for link in topo["links"]] == [
-        (0, "web", "sw"), (1, "sw", "db"), (2, "web", "db")]
+        (0, "web", "sw"),
+        (1, "sw", "db"),
+        (2, "web", "db"),
+    ]
     assert topo["links"][1]["up"]["rate_bps"] == 100_000_000
     assert topo["links"][1]["down"]["rate_bps"] == 50_000_000
 
@@ -40,7 +45,10 @@ def test_topology_lists_services_bridges_and_every_link_ever():
 def test_at_start_all_written_links_present_none_degraded():
     links = by_id(live_links(TIMELINE.state_at(0), []))
     assert [(links[i]["present"], links[i]["degraded"]) for i in range(3)] == [
-        (True, False), (True, False), (False, False)]
+        (True, False),
+        (True, False),
+        (False, False),
+    ]
     assert links[0]["up"]["load_bps"] == 0 and links[0]["up"]["utilisation"] == 0.0
 
 
@@ -54,9 +62,11 @@ def test_set_degrades_leave_removes_join_adds():
 
 
 def test_load_follows_the_paths_and_sums_per_instance_link():
-    flows = [{"src": "web", "dst": "db", "rate_bps": 4_000_000},
-             {"src": "web-2", "dst": "db", "rate_bps": 6_000_000},
-             {"src": "db", "dst": "web", "rate_bps": 0}]
+    flows = [
+        {"src": "web", "dst": "db", "rate_bps": 4_000_000},
+        {"src": "web-2", "dst": "db", "rate_bps": 6_000_000},
+        {"src": "db", "dst": "web", "rate_bps": 0},
+    ]
     links = by_id(live_links(TIMELINE.state_at(0), flows))
     # web and web-2 each have their own 20 Mbit/s link to sw: the busiest counts.
     assert links[0]["up"]["load_bps"] == 6_000_000 and links[0]["up"]["utilisation"] == 0.3
@@ -66,8 +76,10 @@ def test_load_follows_the_paths_and_sums_per_instance_link():
 
 
 def test_flow_rows_carry_the_configured_rate_or_cut():
-    rows = flow_rows(TIMELINE.state_at(2_500_000), [{"src": "web", "dst": "db", "rate_bps": 1},
-                                                     {"src": "web", "dst": "nobody", "rate_bps": 1}])
+    rows = flow_rows(
+        TIMELINE.state_at(2_500_000),
+        [{"src": "web", "dst": "db", "rate_bps": 1}, {"src": "web", "dst": "nobody", "rate_bps": 1}],
+    )
     assert rows[0]["cut"] and rows[0]["configured_bps"] is None  # sw -- db has left
     assert rows[1]["cut"]  # unknown instance: shown, never an exception
     rows = flow_rows(TIMELINE.state_at(0), [{"src": "web", "dst": "db", "rate_bps": 1}])

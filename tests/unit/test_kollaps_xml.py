@@ -29,15 +29,20 @@ def test_services_bridges_and_replicas():
     assert [(s.name, s.image, s.command, s.replicas) for s in experiment.services] == [
         ("client1", "kollaps/iperf3-client:1.0", ("server", "0", "0"), 1),
         ("client2", "kollaps/iperf3-client:1.0", ("server", "0", "0"), 0),
-        ("server", "kollaps/iperf3-server:1.0", (), 3)]  # the dashboard is not imported
+        ("server", "kollaps/iperf3-server:1.0", (), 3),
+    ]  # the dashboard is not imported
     assert [b.name for b in experiment.bridges] == ["s1", "s2"]
     assert experiment.services[0].where == Where(str(IPERF), 5)
 
 
 def test_links_units_and_directions():
     links = parse_xml_file(IPERF).links
-    assert [(link.a, link.b) for link in links] == [("client1", "s1"), ("client2", "s1"), ("s1", "s2"),
-                                           ("s2", "server")]
+    assert [(link.a, link.b) for link in links] == [
+        ("client1", "s1"),
+        ("client2", "s1"),
+        ("s1", "s2"),
+        ("s2", "server"),
+    ]
     assert links[1].up == LinkProps(5500, 500, "normal", 0.0, 50_000_000)
     assert links[1].down == LinkProps(5500, 500, "normal", 0.0, 20_000_000)
     assert links[2].up.loss_ratio == 0.01 and links[2].up.delay_us == 20_000
@@ -48,18 +53,19 @@ def test_links_units_and_directions():
 
 def test_dynamic_schedules():
     events = parse_xml_file(IPERF).events
-    assert events[0] == ServiceEvent(10_000_000, "client2", "join", ("client2", "client2-2"),
-                                     Where(str(IPERF), 23))
+    assert events[0] == ServiceEvent(10_000_000, "client2", "join", ("client2", "client2-2"), Where(str(IPERF), 23))
     assert isinstance(events[1], LinkSetEvent)
-    assert (events[1].up, events[1].down) == ({"delay_us": 40_000, "rate_bps": 500_000_000},
-                                              {"delay_us": 40_000})
+    assert (events[1].up, events[1].down) == ({"delay_us": 40_000, "rate_bps": 500_000_000}, {"delay_us": 40_000})
     leave = events[2]
     assert leave.action == "leave" and len(leave.targets) == 2
     assert set(leave.targets) < {"server", "server-2", "server-3"}
-    assert events[3] == ServiceEvent(45_500_000, "client1", "crash", ("client1",),
-                                     Where(str(IPERF), 25))
+    assert events[3] == ServiceEvent(45_500_000, "client1", "crash", ("client1",), Where(str(IPERF), 25))
     assert [(type(e), e.at_us // 10**6) for e in events[4:]] == [
-        (LinkEvent, 60), (LinkEvent, 70), (BridgeEvent, 80), (LinkEvent, 90)]
+        (LinkEvent, 60),
+        (LinkEvent, 70),
+        (BridgeEvent, 80),
+        (LinkEvent, 90),
+    ]
     assert events[-1].spec.up == LinkProps(3000, rate_bps=10_000_000)
 
 
@@ -72,18 +78,22 @@ def test_round_trip_through_yaml():
 def test_round_trip_of_the_language_sample():
     text = (pathlib.Path(__file__).parents[2] / "topologies" / "demo.yaml").read_text()
     experiment = parse_text(text, "demo.yaml")
-    assert without_where(parse_text(to_yaml(experiment), "demo.yaml")) == \
-        without_where(experiment)
+    assert without_where(parse_text(to_yaml(experiment), "demo.yaml")) == without_where(experiment)
 
 
 def test_to_yaml_text():
     text = to_yaml(parse_xml_file(IPERF))
     assert text.splitlines()[:8] == [
-        "experiment:", "  name: kollaps-iperf", "services:", "  client1:",
-        '    command: [server, "0", "0"]', '    image: "kollaps/iperf3-client:1.0"',
-        "  client2:", '    command: [server, "0", "0"]']
-    assert "  - {from: client2, to: s1, latency: 5500us, jitter: 500us, up: 50Mbps, " \
-           "down: 20Mbps}" in text
+        "experiment:",
+        "  name: kollaps-iperf",
+        "services:",
+        "  client1:",
+        '    command: [server, "0", "0"]',
+        '    image: "kollaps/iperf3-client:1.0"',
+        "  client2:",
+        '    command: [server, "0", "0"]',
+    ]
+    assert "  - {from: client2, to: s1, latency: 5500us, jitter: 500us, up: 50Mbps, down: 20Mbps}" in text
     assert "  - {at: 20s, link: [s1, s2], set: {latency: 40ms, up: 500Mbps}}" in text
 
 
@@ -95,48 +105,64 @@ def test_messages_name_the_line():
         "unknown rate unit 'parsecs' in '10 parsecs'",
         "k.xml:13: link s1 -> sever: to: unknown element 'sever' (did you mean 'server'?)",
         "k.xml:16: schedule: time: expected seconds like 10 or 2.5, got 'soon'",
-        "k.xml:17: service server: action: expected join or leave or crash or disconnect or "
-        "reconnect, got 'explode'"]
+        "k.xml:17: service server: action: expected join or leave or crash or disconnect or reconnect, got 'explode'",
+    ]
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("<experiment><services>", "k.xml:1: XML syntax: no element found (column 23)"),
-    ("<?xml version='1.0'?>\n<!DOCTYPE x [<!ENTITY a 'aaaa'>]>\n<experiment/>",
-     "k.xml:2: DTDs and entity declarations are not accepted in an experiment; remove the "
-     "<!DOCTYPE ...>"),
-    ("<experiment>&lol;</experiment>", "k.xml:1: XML syntax: undefined entity (column 13)"),
-    ("<topology/>", "k.xml:1: expected a Kollaps <experiment>, got <topology>"),
-    ("<experiment>\n<services><service name='a' image='i'/></services><servics/>"
-     "</experiment>",
-     "k.xml:2: <experiment>: unknown element <servics> (did you mean 'services'?)"),
-    ("<experiment><services><service name='a' image='i' command='[1,'/></services>"
-     "</experiment>", "k.xml:1: service a: command: expected a list like ['server', '0'], "
-     "got '[1,'"),
-    ("<experiment><services><service image='i'/><service name='b' image='i'/></services>"
-     "</experiment>", "k.xml:1: <service>: missing attribute 'name'"),
-    ("<experiment>\n<services/>\n</experiment>",
-     "k.xml:2: services: an experiment needs at least one service"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<experiment><services>", "k.xml:1: XML syntax: no element found (column 23)"),
+        (
+            "<?xml version='1.0'?>\n<!DOCTYPE x [<!ENTITY a 'aaaa'>]>\n<experiment/>",
+            "k.xml:2: DTDs and entity declarations are not accepted in an experiment; remove the <!DOCTYPE ...>",
+        ),
+        ("<experiment>&lol;</experiment>", "k.xml:1: XML syntax: undefined entity (column 13)"),
+        ("<topology/>", "k.xml:1: expected a Kollaps <experiment>, got <topology>"),
+        (
+            "<experiment>\n<services><service name='a' image='i'/></services><servics/></experiment>",
+            "k.xml:2: <experiment>: unknown element <servics> (did you mean 'services'?)",
+        ),
+        (
+            "<experiment><services><service name='a' image='i' command='[1,'/></services></experiment>",
+            "k.xml:1: service a: command: expected a list like ['server', '0'], got '[1,'",
+        ),
+        (
+            "<experiment><services><service image='i'/><service name='b' image='i'/></services></experiment>",
+            "k.xml:1: <service>: missing attribute 'name'",
+        ),
+        ("<experiment>\n<services/>\n</experiment>", "k.xml:2: services: an experiment needs at least one service"),
+    ],
+)
 def test_xml_problems(text, expected):
     assert xml_problems(text) == [expected]
 
 
 def test_one_way_twins_with_different_latency_stay_apart_and_are_reported():
-    text = ("<experiment><services><service name='a' image='i'/></services>"
-            "<bridges><bridge name='s'/></bridges><links>\n"
-            "<link origin='a' dest='s' latency='1' upload='1Mbps'/>\n"
-            "<link origin='s' dest='a' latency='2' upload='1Mbps'/>\n"
-            "</links></experiment>")
-    assert xml_problems(text) == [
-        "k.xml:3: link s -> a: a link between s and a already exists (line 2)"]
+    text = (
+        "<experiment><services><service name='a' image='i'/></services>"
+        "<bridges><bridge name='s'/></bridges><links>\n"
+        "<link origin='a' dest='s' latency='1' upload='1Mbps'/>\n"
+        "<link origin='s' dest='a' latency='2' upload='1Mbps'/>\n"
+        "</links></experiment>"
+    )
+    assert xml_problems(text) == ["k.xml:3: link s -> a: a link between s and a already exists (line 2)"]
 
 
 def test_import_command_prints_yaml(tmp_path):
     out = tmp_path / "iperf.yaml"
-    done = subprocess.run([sys.executable, "-c", "from collapsar.commands import import_xml;"
-                           "import sys, argparse; sys.exit(import_xml.run(argparse.Namespace("
-                           f"file={str(IPERF)!r}, output={str(out)!r})))"],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from collapsar.commands import import_xml;"
+            "import sys, argparse; sys.exit(import_xml.run(argparse.Namespace("
+            f"file={str(IPERF)!r}, output={str(out)!r})))",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == f"{IPERF}: wrote {out}\n"
     assert out.read_text() == to_yaml(parse_xml_file(IPERF))
@@ -146,7 +172,9 @@ def test_replicas_attribute_counts_when_the_service_never_joins():
     experiment = parse_xml_text(
         "<experiment><services><service name='a' image='i' replicas='3'/>"
         "<service name='b' image='i' replicas='3'/></services><dynamic>"
-        "<schedule name='b' time='5' action='join'/></dynamic></experiment>", "k.xml")
+        "<schedule name='b' time='5' action='join'/></dynamic></experiment>",
+        "k.xml",
+    )
     assert [s.replicas for s in experiment.services] == [3, 0]
     assert experiment.events[0].targets == ("b",)
 
@@ -157,5 +185,6 @@ def test_to_yaml_refuses_what_the_language_cannot_say():
     odd = dataclasses.replace(link, down=dataclasses.replace(link.down, delay_us=1))
     with pytest.raises(CollapsarError) as error:
         to_yaml(dataclasses.replace(experiment, links=(odd,) + experiment.links[1:]))
-    assert str(error.value) == ("link client1 -> s1: latency, jitter and loss differ between "
-                                "directions, which the language cannot express")
+    assert str(error.value) == (
+        "link client1 -> s1: latency, jitter and loss differ between directions, which the language cannot express"
+    )

@@ -9,7 +9,10 @@ from collapsar.manager.addressing import IFNAMSIZ, check_run_id, netns_name, new
 def test_addresses_start_at_the_second_host_in_instance_order():
     plan = plan_network("a1b2c3", ["client", "server", "server-2"])
     assert [(n.instance, n.ip, n.prefixlen) for n in plan.instances] == [
-        ("client", "10.77.0.2", 16), ("server", "10.77.0.3", 16), ("server-2", "10.77.0.4", 16)]
+        ("client", "10.77.0.2", 16),
+        ("server", "10.77.0.3", 16),
+        ("server-2", "10.77.0.4", 16),
+    ]
     assert plan.bridge == "cxa1b2c3br"
     assert [n.host_veth for n in plan.instances] == ["cxa1b2c3v1", "cxa1b2c3v2", "cxa1b2c3v3"]
     assert {n.ifname for n in plan.instances} == {"eth0"}
@@ -31,8 +34,11 @@ def test_interface_names_fit_ifnamsiz_for_the_largest_run():
 
 
 def test_subnet_too_small_names_the_counts():
-    with pytest.raises(CollapsarError, match=r"--subnet 10.9.0.0/30: room for 1 instances, "
-                                             r"the experiment has 2"):
+    with pytest.raises(
+        CollapsarError,
+        match=r"--subnet 10.9.0.0/30: room for 1 instances, "
+        r"the experiment has 2",
+    ):
         plan_network("a1b2c3", ["a", "b"], "10.9.0.0/30")
 
 
@@ -44,8 +50,9 @@ def test_bad_subnets_are_rejected(subnet):
 
 def test_hosts_file_lists_every_instance_and_localhost():
     plan = plan_network("a1b2c3", ["client", "server"], "10.9.0.0/24")
-    assert plan.hosts_text() == ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-                                 "10.9.0.2\tclient\n10.9.0.3\tserver\n")
+    assert plan.hosts_text() == (
+        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n10.9.0.2\tclient\n10.9.0.3\tserver\n"
+    )
 
 
 def test_run_ids_are_six_hex_digits_and_checked():

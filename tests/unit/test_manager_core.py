@@ -29,8 +29,10 @@ def test_property_change_is_one_batched_change_with_only_the_changed_fields():
     core = make_core(netem=True)
     core.install({"b": path("a", "b", delay_us=1000), "c": path("a", "c", delay_us=1000)})
     core.apply({"b": path("a", "b", delay_us=5000), "c": path("a", "c", delay_us=1000, rate_bps=2_000_000)})
-    assert core.tree.calls[-1] == ("change_many", {"10.77.0.3": {"delay_us": 5000},
-                                                   "10.77.0.4": {"rate_bps": 2_000_000}})
+    assert core.tree.calls[-1] == (
+        "change_many",
+        {"10.77.0.3": {"delay_us": 5000}, "10.77.0.4": {"rate_bps": 2_000_000}},
+    )
     assert len(core.tree.calls) == 2
 
 
@@ -44,8 +46,7 @@ def test_cut_then_restore_with_new_properties():
     assert len(core.tree.calls) == 2
     core.apply({"b": path("a", "b", rate_bps=1_000_000)})
     # The class takes the new rate before packets reach it again.
-    assert core.tree.calls[-2:] == [("change_many", {"10.77.0.3": {"rate_bps": 1_000_000}}),
-                                    ("restore", "10.77.0.3")]
+    assert core.tree.calls[-2:] == [("change_many", {"10.77.0.3": {"rate_bps": 1_000_000}}), ("restore", "10.77.0.3")]
     assert core.tree.cut_ips == set()
 
 
@@ -71,8 +72,13 @@ def test_placeholder_class_gets_every_field_when_restored():
     core.apply({"b": path("a", "b", rate_bps=4_000_000)})
     assert core.tree.calls[-1] == ("restore", "10.77.0.3")
     assert core.tree.calls[-2][1]["10.77.0.3"]["rate_bps"] == 4_000_000
-    assert set(core.tree.calls[-2][1]["10.77.0.3"]) == {"rate_bps", "delay_us", "jitter_us",
-                                                        "distribution", "loss_ratio"}
+    assert set(core.tree.calls[-2][1]["10.77.0.3"]) == {
+        "rate_bps",
+        "delay_us",
+        "jitter_us",
+        "distribution",
+        "loss_ratio",
+    }
 
 
 def test_own_instance_is_never_shaped():
@@ -96,6 +102,7 @@ def test_needs_netem_only_for_delay_jitter_or_loss():
 
 
 # ---- overrides from bandwidth sharing ---------------------------------------------
+
 
 def test_override_narrows_rate_and_compounds_loss_then_clears():
     core = make_core(netem=True)

@@ -29,23 +29,26 @@ def test_service_of_prefers_the_longest_matching_service():
 
 
 def test_instances_of_the_whole_run_in_order_of_appearance():
-    timeline = timeline_of([(0, (), FakeState(["b", "a"])), (5, (), FakeState(["a"])),
-                            (9, (), FakeState(["a", "c"]))])
+    timeline = timeline_of([(0, (), FakeState(["b", "a"])), (5, (), FakeState(["a"])), (9, (), FakeState(["a", "c"]))])
     assert all_instances(timeline) == ["b", "a", "c"]
 
 
 def test_launch_carries_argv_env_workdir_and_identity():
-    exp = experiment(Service("web", ("srv", "--port", "80"), env={"MODE": "fast"}, workdir="/srv"),
-                     Service("quiet"))
+    exp = experiment(Service("web", ("srv", "--port", "80"), env={"MODE": "fast"}, workdir="/srv"), Service("quiet"))
     plan = plan_network("a1b2c3", ["web", "web-2", "quiet"])
     result = launches(exp, ["web", "web-2", "quiet"], plan)
     assert set(result) == {"web", "web-2"}  # no command: on the network only
     web2 = result["web-2"]
     assert web2.argv == ("srv", "--port", "80") and web2.cwd == "/srv"
-    assert web2.env == {"MODE": "fast", "COLLAPSAR_INSTANCE": "web-2", "COLLAPSAR_SERVICE": "web",
-                        "COLLAPSAR_IP": "10.77.0.3", "COLLAPSAR_RUN_ID": "a1b2c3",
-                        # this host's PATH, then the built workload tools (programs.py)
-                        "PATH": f"{os.environ['PATH']}:{workload_build_dir()}"}
+    assert web2.env == {
+        "MODE": "fast",
+        "COLLAPSAR_INSTANCE": "web-2",
+        "COLLAPSAR_SERVICE": "web",
+        "COLLAPSAR_IP": "10.77.0.3",
+        "COLLAPSAR_RUN_ID": "a1b2c3",
+        # this host's PATH, then the built workload tools (programs.py)
+        "PATH": f"{os.environ['PATH']}:{workload_build_dir()}",
+    }
 
 
 def test_a_services_own_path_comes_first_and_the_tools_after_it():
@@ -56,8 +59,11 @@ def test_a_services_own_path_comes_first_and_the_tools_after_it():
 
 def test_image_only_service_is_rejected_with_its_place():
     exp = experiment(Service("db", image="postgres:16", where=Where("x.yaml", 7)))
-    with pytest.raises(CollapsarError, match=r"x.yaml:7: service db: local mode runs commands, and this "
-                                             r"service has only an image \(postgres:16\)"):
+    with pytest.raises(
+        CollapsarError,
+        match=r"x.yaml:7: service db: local mode runs commands, and this "
+        r"service has only an image \(postgres:16\)",
+    ):
         launches(exp, ["db"], plan_network("a1b2c3", ["db"]))
 
 
@@ -78,8 +84,10 @@ def test_dry_run_describes_each_instance_and_its_cut_destinations():
     exp = experiment(Service("a", ("true",)), Service("b", ("true",)), Service("c", ("true",)))
     timeline = timeline_of([(0, (), FakeState(["a", "b", "c"], {("a", "b"): path("a", "b")}))])
     lines = describe_run(exp, timeline, "10.9.0.0/24")
-    assert lines[0] == ("dry run of x.yaml: 3 instances on bridge cx000000br, subnet 10.9.0.0/24, "
-                        "leaves: pfifo (no delay/jitter/loss), 0 timeline steps after t=0")
+    assert lines[0] == (
+        "dry run of x.yaml: 3 instances on bridge cx000000br, subnet 10.9.0.0/24, "
+        "leaves: pfifo (no delay/jitter/loss), 0 timeline steps after t=0"
+    )
     assert lines[1] == "instance a: 10.9.0.2/24 on cx-000000-a/eth0, starts at t=0: true"
     assert any(line.startswith("  class 1:10 -> 10.9.0.3: rate=ceil 10Mbps") for line in lines)
     assert "  cut at t=0 (blackhole): c" in lines

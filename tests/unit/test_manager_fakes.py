@@ -15,8 +15,14 @@ from collapsar.model import Path
 from collapsar.tcal.plan import Shaping
 
 
-def path(src: str, dst: str, delay_us: int = 0, rate_bps: int | None = 10_000_000,
-         loss_ratio: float = 0.0, jitter_us: int = 0) -> Path:
+def path(
+    src: str,
+    dst: str,
+    delay_us: int = 0,
+    rate_bps: int | None = 10_000_000,
+    loss_ratio: float = 0.0,
+    jitter_us: int = 0,
+) -> Path:
     return Path(src, dst, delay_us, jitter_us, loss_ratio, rate_bps, (1,))
 
 
@@ -76,8 +82,7 @@ class FakeTree:
 
     made: list[FakeTree] = []
 
-    def __init__(self, ifname: str, netns: str | None = None, wire_overhead: bool = True,
-                 netem: bool = True):
+    def __init__(self, ifname: str, netns: str | None = None, wire_overhead: bool = True, netem: bool = True):
         self.ifname, self.netns, self.netem = ifname, netns, netem
         self.shapings: dict[str, Shaping] = {}
         self.cut_ips: set[str] = set()

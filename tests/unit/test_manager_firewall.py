@@ -18,8 +18,18 @@ def test_filtered_only_when_br_netfilter_says_so(tmp_path):
 
 def test_rule_matches_only_the_bridge_and_carries_the_tag():
     assert firewall.rule_args("cxab12cdbr", "collapsar ab12cd") == [
-        "FORWARD", "-i", "cxab12cdbr", "-o", "cxab12cdbr", "-m", "comment", "--comment",
-        "collapsar ab12cd", "-j", "ACCEPT"]
+        "FORWARD",
+        "-i",
+        "cxab12cdbr",
+        "-o",
+        "cxab12cdbr",
+        "-m",
+        "comment",
+        "--comment",
+        "collapsar ab12cd",
+        "-j",
+        "ACCEPT",
+    ]
 
 
 def test_no_rule_and_no_journal_entry_when_not_filtered(monkeypatch, tmp_path):

@@ -58,8 +58,11 @@ def test_join_starts_after_its_paths_are_in_place():
     player.start()
     time.sleep(0.05)
     player.stop()
-    assert recorder.calls == [("paths", "a", {"b": path("a", "b")}),
-                              ("paths", "b", {"a": path("b", "a")}), ("start", "b")]
+    assert recorder.calls == [
+        ("paths", "a", {"b": path("a", "b")}),
+        ("paths", "b", {"a": path("b", "a")}),
+        ("start", "b"),
+    ]
     assert len(player.log) == 1 and player.pending == 0
     assert player.log[0].label == "b join [b]"
 
@@ -68,8 +71,7 @@ def test_disconnect_cuts_paths_but_keeps_the_process():
     s0 = FakeState(ABC, full_mesh(ABC))
     paths = {k: v for k, v in full_mesh(ABC).items() if "c" not in k}
     s1 = FakeState(ABC, paths, disconnected={"c"})
-    plan = plan_step(s0, timeline_of([(0, (), s0), (9, (ServiceEvent(9, "c", "disconnect", ("c",)),), s1)])
-                     .steps[1])
+    plan = plan_step(s0, timeline_of([(0, (), s0), (9, (ServiceEvent(9, "c", "disconnect", ("c",)),), s1)]).steps[1])
     assert plan.stop == [] and plan.kill == [] and plan.start == []
     assert plan.paths == {"a": {"c": None}, "b": {"c": None}, "c": {"a": None, "b": None}}
     assert plan.marks == {"c": "disconnected"}
@@ -87,6 +89,8 @@ def test_local_filter_keeps_only_this_hosts_instances():
 
 
 def test_events_are_described_for_the_log():
-    assert describe_event(PartitionEvent(0, (frozenset({"x", "y"}), frozenset({"z"})), "start")) \
+    assert (
+        describe_event(PartitionEvent(0, (frozenset({"x", "y"}), frozenset({"z"})), "start"))
         == "partition start x,y | z"
+    )
     assert describe_event(ServiceEvent(0, "web", "crash", ("web-2", "web-3"))) == "web crash [web-2, web-3]"

@@ -52,7 +52,20 @@ def test_pairs_all_when_few_one_per_service_when_many():
 
 def test_ping_runs_in_the_source_namespace():
     assert probe.ping_argv("cx-1-a", "10.77.0.3", 50, 3.0) == [
-        "ip", "netns", "exec", "cx-1-a", "ping", "-n", "-c", "50", "-i", "0.02", "-W", "3", "10.77.0.3"]
+        "ip",
+        "netns",
+        "exec",
+        "cx-1-a",
+        "ping",
+        "-n",
+        "-c",
+        "50",
+        "-i",
+        "0.02",
+        "-W",
+        "3",
+        "10.77.0.3",
+    ]
 
 
 def test_table_puts_configured_next_to_measured():
@@ -62,11 +75,12 @@ def test_table_puts_configured_next_to_measured():
     assert probe.probe_table(records) == [
         "pair    RTT configured  measured (median)  jitter configured  measured (std)  loss configured"
         "  measured (echoes)",
-        "a -> b  44.00 ms        46.00 ms           2.83 ms            20.33 ms        5%             "
-        "  20% (1/5)"]
+        "a -> b  44.00 ms        46.00 ms           2.83 ms            20.33 ms        5%               20% (1/5)",
+    ]
     cut = probe.as_records([probe.parse_ping("a", "b", ALL_LOST)], {("a", "b"): None})
-    assert probe.probe_table(cut)[1] == ("a -> b  cut             -                  -                  -"
-                                         "               100%             100% (20/20)")
+    assert probe.probe_table(cut)[1] == (
+        "a -> b  cut             -                  -                  -               100%             100% (20/20)"
+    )
 
 
 def test_a_hung_ping_is_reported_not_fatal(monkeypatch):

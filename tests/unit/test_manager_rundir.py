@@ -48,8 +48,15 @@ def test_run_dir_layout_journal_in_state_and_first_record(state):
     assert head["start_time"] == process_start_time(os.getpid())
     assert (head["run_dir_dev"], head["run_dir_ino"]) == (run.path.stat().st_dev, run.path.stat().st_ino)
     assert run.write_file("plan.json", "{}") == run.path / "plan.json"
-    modes = {name: stat.S_IMODE(os.lstat(path).st_mode) for name, path in (
-        ("run", run.path), ("logs", run.path / "logs"), ("journal", journal), ("plan", run.path / "plan.json"))}
+    modes = {
+        name: stat.S_IMODE(os.lstat(path).st_mode)
+        for name, path in (
+            ("run", run.path),
+            ("logs", run.path / "logs"),
+            ("journal", journal),
+            ("plan", run.path / "plan.json"),
+        )
+    }
     assert modes == {"run": 0o700, "logs": 0o700, "journal": 0o600, "plan": 0o600}
     run.finish()
     assert list_runs() == {} and not journal.exists() and not (state / "index" / "a1b2c3").exists()
@@ -93,17 +100,22 @@ def test_torn_last_line_is_skipped(tmp_path):
 
 def test_second_lock_names_the_active_run(state):
     lock = RunLock.acquire(state, "a1b2c3", state / "a1b2c3")
-    with pytest.raises(RunError, match=rf"another collapsar run is active: run a1b2c3 \(manager pid "
-                                       rf"{os.getpid()}, {state}/a1b2c3\)"):
+    with pytest.raises(
+        RunError,
+        match=rf"another collapsar run is active: run a1b2c3 \(manager pid "
+        rf"{os.getpid()}, {state}/a1b2c3\)",
+    ):
         RunLock.acquire(state, "0000ff", state / "0000ff")
     lock.release()
     RunLock.acquire(state, "0000ff", state / "0000ff").release()
 
 
 def test_lock_of_a_killed_holder_is_free(state):
-    code = (f"import sys, os, signal; sys.path[:0] = {sys.path!r}; "
-            "from collapsar.manager.rundir import RunLock; from pathlib import Path; "
-            f"RunLock.acquire(Path({str(state)!r}), 'a1b2c3', Path('/x')); os.kill(os.getpid(), signal.SIGKILL)")
+    code = (
+        f"import sys, os, signal; sys.path[:0] = {sys.path!r}; "
+        "from collapsar.manager.rundir import RunLock; from pathlib import Path; "
+        f"RunLock.acquire(Path({str(state)!r}), 'a1b2c3', Path('/x')); os.kill(os.getpid(), signal.SIGKILL)"
+    )
     subprocess.run([sys.executable, "-c", code])
     RunLock.acquire(state, "0000ff", state / "0000ff").release()
 
@@ -116,10 +128,14 @@ def records(*kinds_and_fields):
 JOURNAL = records(
     ("run", {"run_id": "a1b2c3", "pid": 1, "start_time": 5}),
     ("bridge", {"name": "cxa1b2c3br"}),
-    ("netns", {"name": "cx-a1b2c3-a", "instance": "a"}), ("netns_inode", {"name": "cx-a1b2c3-a", "inode": 11}),
-    ("hosts", {"path": "/etc/netns/cx-a1b2c3-a/hosts"}), ("veth", {"name": "cxa1b2c3v1", "instance": "a"}),
-    ("netns", {"name": "cx-a1b2c3-b", "instance": "b"}), ("netns_inode", {"name": "cx-a1b2c3-b", "inode": 12}),
-    ("hosts", {"path": "/etc/netns/cx-a1b2c3-b/hosts"}), ("veth", {"name": "cxa1b2c3v2", "instance": "b"}),
+    ("netns", {"name": "cx-a1b2c3-a", "instance": "a"}),
+    ("netns_inode", {"name": "cx-a1b2c3-a", "inode": 11}),
+    ("hosts", {"path": "/etc/netns/cx-a1b2c3-a/hosts"}),
+    ("veth", {"name": "cxa1b2c3v1", "instance": "a"}),
+    ("netns", {"name": "cx-a1b2c3-b", "instance": "b"}),
+    ("netns_inode", {"name": "cx-a1b2c3-b", "inode": 12}),
+    ("hosts", {"path": "/etc/netns/cx-a1b2c3-b/hosts"}),
+    ("veth", {"name": "cxa1b2c3v2", "instance": "b"}),
     ("qdisc", {"netns": "cx-a1b2c3-a", "ifname": "eth0", "handle": "1:"}),
     ("bpf_pin", {"path": "/sys/fs/bpf/collapsar/a1b2c3/counters"}),
     ("fw_accept", {"bridge": "cxa1b2c3br", "tag": "collapsar a1b2c3"}),
@@ -150,43 +166,80 @@ def _me() -> dict:
 
 # One record that is not run a1b2c3's own (line 15 of JOURNAL + it), and what the refusal says.
 FOREIGN = [
-    ({"kind": "netns", "name": "/run/netns/victim", "instance": "c"},
-     "netns record '/run/netns/victim' (instance c): not a namespace of run a1b2c3; expected cx-a1b2c3-c"),
-    ({"kind": "netns", "name": "cx-a1b2c3-c/../../../etc", "instance": "c"},
-     "netns record 'cx-a1b2c3-c/../../../etc' (instance c): not a namespace of run a1b2c3; expected cx-a1b2c3-c"),
-    ({"kind": "netns", "name": "cx-0000ff-c", "instance": "c"},
-     "netns record 'cx-0000ff-c' (instance c): not a namespace of run a1b2c3; expected cx-a1b2c3-c"),
-    ({"kind": "netns", "name": "cx-a1b2c3-a", "instance": "a"},
-     "netns record 'cx-a1b2c3-a': a second record of that namespace; expected one"),
-    ({"kind": "netns_inode", "name": "/proc/1/ns/net", "inode": 4026531840},
-     "netns_inode record '/proc/1/ns/net': not a namespace this journal records for run a1b2c3; expected one "
-     "of cx-a1b2c3-a, cx-a1b2c3-b and an inode number"),
-    ({"kind": "veth", "name": "eth0", "instance": "a"},
-     "veth record 'eth0': not a veth of run a1b2c3 (instance a); expected cxa1b2c3v1"),
-    ({"kind": "veth", "name": "cx0000ffv1", "instance": "z"},
-     "veth record 'cx0000ffv1': not a veth of run a1b2c3 (instance z); expected one of cxa1b2c3v1, cxa1b2c3v2"),
-    ({"kind": "bridge", "name": "docker0"},
-     "bridge record 'docker0': not the bridge of run a1b2c3; expected cxa1b2c3br"),
-    ({"kind": "fw_accept", "bridge": "docker0", "tag": "x"},
-     "fw_accept record for bridge 'docker0': not the bridge of run a1b2c3; expected cxa1b2c3br and a tag"),
-    ({"kind": "hosts", "path": "/etc/passwd"}, "hosts record '/etc/passwd': not a hosts file of run a1b2c3; "
-     "expected one of /etc/netns/cx-a1b2c3-a/hosts, /etc/netns/cx-a1b2c3-b/hosts"),
-    ({"kind": "hosts", "path": "/etc/netns/cx-a1b2c3-a/../../shadow"}, "hosts record "
-     "'/etc/netns/cx-a1b2c3-a/../../shadow': not a hosts file of run a1b2c3; expected one of"),
-    ({"kind": "hosts", "path": "/etc/netns/cx-0000ff-a/hosts"}, "hosts record '/etc/netns/cx-0000ff-a/hosts': "
-     "not a hosts file of run a1b2c3"),
-    ({"kind": "bpf_pin", "path": "/sys/fs/bpf/collapsar/a1b2c3/../0000ff/m"}, "bpf_pin record "
-     "'/sys/fs/bpf/collapsar/a1b2c3/../0000ff/m': not in run a1b2c3's pin directory; expected "
-     "/sys/fs/bpf/collapsar/a1b2c3/NAME"),
+    (
+        {"kind": "netns", "name": "/run/netns/victim", "instance": "c"},
+        "netns record '/run/netns/victim' (instance c): not a namespace of run a1b2c3; expected cx-a1b2c3-c",
+    ),
+    (
+        {"kind": "netns", "name": "cx-a1b2c3-c/../../../etc", "instance": "c"},
+        "netns record 'cx-a1b2c3-c/../../../etc' (instance c): not a namespace of run a1b2c3; expected cx-a1b2c3-c",
+    ),
+    (
+        {"kind": "netns", "name": "cx-0000ff-c", "instance": "c"},
+        "netns record 'cx-0000ff-c' (instance c): not a namespace of run a1b2c3; expected cx-a1b2c3-c",
+    ),
+    (
+        {"kind": "netns", "name": "cx-a1b2c3-a", "instance": "a"},
+        "netns record 'cx-a1b2c3-a': a second record of that namespace; expected one",
+    ),
+    (
+        {"kind": "netns_inode", "name": "/proc/1/ns/net", "inode": 4026531840},
+        "netns_inode record '/proc/1/ns/net': not a namespace this journal records for run a1b2c3; expected one "
+        "of cx-a1b2c3-a, cx-a1b2c3-b and an inode number",
+    ),
+    (
+        {"kind": "veth", "name": "eth0", "instance": "a"},
+        "veth record 'eth0': not a veth of run a1b2c3 (instance a); expected cxa1b2c3v1",
+    ),
+    (
+        {"kind": "veth", "name": "cx0000ffv1", "instance": "z"},
+        "veth record 'cx0000ffv1': not a veth of run a1b2c3 (instance z); expected one of cxa1b2c3v1, cxa1b2c3v2",
+    ),
+    (
+        {"kind": "bridge", "name": "docker0"},
+        "bridge record 'docker0': not the bridge of run a1b2c3; expected cxa1b2c3br",
+    ),
+    (
+        {"kind": "fw_accept", "bridge": "docker0", "tag": "x"},
+        "fw_accept record for bridge 'docker0': not the bridge of run a1b2c3; expected cxa1b2c3br and a tag",
+    ),
+    (
+        {"kind": "hosts", "path": "/etc/passwd"},
+        "hosts record '/etc/passwd': not a hosts file of run a1b2c3; "
+        "expected one of /etc/netns/cx-a1b2c3-a/hosts, /etc/netns/cx-a1b2c3-b/hosts",
+    ),
+    (
+        {"kind": "hosts", "path": "/etc/netns/cx-a1b2c3-a/../../shadow"},
+        "hosts record '/etc/netns/cx-a1b2c3-a/../../shadow': not a hosts file of run a1b2c3; expected one of",
+    ),
+    (
+        {"kind": "hosts", "path": "/etc/netns/cx-0000ff-a/hosts"},
+        "hosts record '/etc/netns/cx-0000ff-a/hosts': not a hosts file of run a1b2c3",
+    ),
+    (
+        {"kind": "bpf_pin", "path": "/sys/fs/bpf/collapsar/a1b2c3/../0000ff/m"},
+        "bpf_pin record "
+        "'/sys/fs/bpf/collapsar/a1b2c3/../0000ff/m': not in run a1b2c3's pin directory; expected "
+        "/sys/fs/bpf/collapsar/a1b2c3/NAME",
+    ),
     ({"kind": "bpf_pin", "path": "/sys/fs/bpf/tc/globals/m"}, "bpf_pin record '/sys/fs/bpf/tc/globals/m': not in"),
-    ({"kind": "process", "instance": "a", "pid": -1, "start_time": None},
-     "process record pid -1 (instance a): expected a pid above 1 and its start time"),
-    ({"kind": "process", "instance": "a", "pid": "1", "start_time": 5},
-     "process record pid 1 (instance a): expected a pid above 1 and its start time"),
-    ({"kind": "process", "instance": "zz", "pid": 4243, "start_time": 1},
-     "process record pid 4243 (instance zz): the journal records no namespace for that instance"),
-    (_me(), f"process record pid {os.getpid()} (instance a): it is not in the run's namespace cx-a1b2c3-a; "
-            f"a process the run did not start is never killed"),
+    (
+        {"kind": "process", "instance": "a", "pid": -1, "start_time": None},
+        "process record pid -1 (instance a): expected a pid above 1 and its start time",
+    ),
+    (
+        {"kind": "process", "instance": "a", "pid": "1", "start_time": 5},
+        "process record pid 1 (instance a): expected a pid above 1 and its start time",
+    ),
+    (
+        {"kind": "process", "instance": "zz", "pid": 4243, "start_time": 1},
+        "process record pid 4243 (instance zz): the journal records no namespace for that instance",
+    ),
+    (
+        _me(),
+        f"process record pid {os.getpid()} (instance a): it is not in the run's namespace cx-a1b2c3-a; "
+        f"a process the run did not start is never killed",
+    ),
 ]
 
 
@@ -199,14 +252,20 @@ def test_a_record_not_the_runs_own_refuses_the_whole_journal(record, why):
 
 def test_a_refusal_names_the_first_bad_record_and_counts_the_others():
     bad = [record for record, _ in FOREIGN[:3]]
-    with pytest.raises(CollapsarError, match=r"^journal:15: netns record '/run/netns/victim' .* "
-                                             r"\(and 2 more refused records\)$"):
+    with pytest.raises(
+        CollapsarError,
+        match=r"^journal:15: netns record '/run/netns/victim' .* "
+        r"\(and 2 more refused records\)$",
+    ):
         plan_cleanup(JOURNAL + bad)
 
 
 def test_a_journal_of_another_run_is_refused():
-    with pytest.raises(CollapsarError, match=r"^journal:1: first record 'run' of run 'a1b2c3'; "
-                                             r"expected the 'run' record of run 0000ff"):
+    with pytest.raises(
+        CollapsarError,
+        match=r"^journal:1: first record 'run' of run 'a1b2c3'; "
+        r"expected the 'run' record of run 0000ff",
+    ):
         plan_cleanup(JOURNAL, "0000ff")
     with pytest.raises(CollapsarError, match=r"run id '\.\./x': expected six hex digits"):
         plan_cleanup(records(("run", {"run_id": "../x", "pid": 1})))
@@ -234,8 +293,7 @@ def test_an_ended_run_has_nothing_to_clean(end):
 
 
 def test_staleness_follows_the_manager_process():
-    me = records(("run", {"run_id": "a1b2c3", "pid": os.getpid(),
-                          "start_time": process_start_time(os.getpid())}))
+    me = records(("run", {"run_id": "a1b2c3", "pid": os.getpid(), "start_time": process_start_time(os.getpid())}))
     assert not is_stale(me)
     recycled = records(("run", {"run_id": "a1b2c3", "pid": os.getpid(), "start_time": 1}))
     assert is_stale(recycled)  # same pid, other start time: not our manager
@@ -257,15 +315,20 @@ def test_a_state_directory_others_can_write_is_refused_with_the_fix(state, tmp_p
     state.chmod(0o775)
     with pytest.raises(EnvironmentProblem) as refused:
         checked_state_dir()
-    assert str(refused.value) == (f"state directory {state}: writable by group or others (mode 0775); "
-                                  f"expected a directory only root can write; fix: chmod go-w {state}")
+    assert str(refused.value) == (
+        f"state directory {state}: writable by group or others (mode 0775); "
+        f"expected a directory only root can write; fix: chmod go-w {state}"
+    )
     state.chmod(0o755)
     tmp_path.chmod(0o1777)  # a sticky parent (/tmp) is fine; a plain writable one is not
     assert checked_state_dir() == state
     tmp_path.chmod(0o777)
-    with pytest.raises(EnvironmentProblem, match=rf"^state directory {state}: its parent {tmp_path} is "
-                                                 rf"writable by group or others \(mode 0777\).*fix: chmod go-w "
-                                                 rf"{tmp_path}$"):
+    with pytest.raises(
+        EnvironmentProblem,
+        match=rf"^state directory {state}: its parent {tmp_path} is "
+        rf"writable by group or others \(mode 0777\).*fix: chmod go-w "
+        rf"{tmp_path}$",
+    ):
         RunLock.acquire(state, "a1b2c3", state / "a1b2c3")
     tmp_path.chmod(0o700)
 
@@ -279,13 +342,20 @@ def test_a_symlinked_state_directory_is_judged_by_where_it_leads(state, tmp_path
     assert not (tmp_path / "real" / "journals").exists()
 
 
-@pytest.mark.parametrize("plant, why", [
-    (lambda path, tmp: path.symlink_to(tmp / "elsewhere.jsonl"), "a symlink; expected a regular file written by "
-                                                                 "collapsar run"),
-    (lambda path, tmp: os.mkfifo(path, 0o600), "not a regular file; expected one written by collapsar run"),
-    (lambda path, tmp: (path.write_text(""), path.chmod(0o620)), "writable by group or others (mode 0620); "
-                                                                "expected 0600"),
-])
+@pytest.mark.parametrize(
+    "plant, why",
+    [
+        (
+            lambda path, tmp: path.symlink_to(tmp / "elsewhere.jsonl"),
+            "a symlink; expected a regular file written by collapsar run",
+        ),
+        (lambda path, tmp: os.mkfifo(path, 0o600), "not a regular file; expected one written by collapsar run"),
+        (
+            lambda path, tmp: (path.write_text(""), path.chmod(0o620)),
+            "writable by group or others (mode 0620); expected 0600",
+        ),
+    ],
+)
 def test_a_journal_only_root_could_have_written_is_read(tmp_path, plant, why):
     (tmp_path / "elsewhere.jsonl").write_text('{"kind": "run"}\n')
     path = tmp_path / "j.jsonl"
@@ -315,9 +385,12 @@ def test_a_run_id_is_never_looked_up_in_the_current_directory(state, tmp_path, m
     monkeypatch.chdir(tmp_path)
     with pytest.raises(CollapsarError, match=r"^cleanup a1b2c3: no such run; .*\(active or stale: 0000ff\)"):
         find_run("a1b2c3")
-    with pytest.raises(CollapsarError, match=rf"^cleanup \./a1b2c3: {crafted} is not the run directory of any "
-                                             rf"run in {state}/index; cleanup reads journals only from "
-                                             rf"{state}/journals$"):
+    with pytest.raises(
+        CollapsarError,
+        match=rf"^cleanup \./a1b2c3: {crafted} is not the run directory of any "
+        rf"run in {state}/index; cleanup reads journals only from "
+        rf"{state}/journals$",
+    ):
         find_run("./a1b2c3")
 
 
@@ -326,8 +399,11 @@ def test_a_run_directory_path_already_taken_is_never_followed(state, tmp_path):
     target.mkdir()
     (state / "a1b2c3").parent.mkdir(parents=True, exist_ok=True)
     (state / "a1b2c3").symlink_to(target)
-    with pytest.raises(RunError, match=rf"^run directory {state}/a1b2c3: a symlink is already there; a new "
-                                       rf"run never reuses \(or follows\) one$"):
+    with pytest.raises(
+        RunError,
+        match=rf"^run directory {state}/a1b2c3: a symlink is already there; a new "
+        rf"run never reuses \(or follows\) one$",
+    ):
         RunDir.create("a1b2c3")
     assert list(target.iterdir()) == [] and list_runs() == {}
 
@@ -347,8 +423,11 @@ def test_a_file_planted_in_the_run_directory_is_never_written_through(state, tmp
     canary = tmp_path / "canary"
     canary.write_text("keep")
     (run.path / "plan.json").symlink_to(canary)
-    with pytest.raises(RunError, match=rf"^{run.path}/plan.json: already exists; a run writes each of its "
-                                       rf"files once and never over \(or through\) another$"):
+    with pytest.raises(
+        RunError,
+        match=rf"^{run.path}/plan.json: already exists; a run writes each of its "
+        rf"files once and never over \(or through\) another$",
+    ):
         run.write_file("plan.json", "{}")
     assert canary.read_text() == "keep"
 
@@ -363,7 +442,8 @@ def test_a_replaced_run_directory_does_not_get_the_journal(state, tmp_path):
     (elsewhere / "journal.jsonl.tmp").symlink_to(canary)
     run.path.rename(tmp_path / "moved")
     run.path.symlink_to(elsewhere)
-    assert retire(state, "a1b2c3") == (f"{run.path} is not the run directory the run created (replaced or a "
-                                       f"symlink); its journal was not copied there")
+    assert retire(state, "a1b2c3") == (
+        f"{run.path} is not the run directory the run created (replaced or a symlink); its journal was not copied there"
+    )
     assert canary.read_text() == "keep" and list_runs() == {}
     assert not (tmp_path / "moved" / "journal.jsonl").is_file()  # the link to the retired journal stays

@@ -13,8 +13,11 @@ pytestmark = pytest.mark.timing  # event lateness
 
 def test_fires_in_time_order_with_ties_in_given_order():
     fired = []
-    entries = [(2000, "c", lambda: fired.append("c")), (1000, "a", lambda: fired.append("a")),
-               (1000, "b", lambda: fired.append("b"))]
+    entries = [
+        (2000, "c", lambda: fired.append("c")),
+        (1000, "a", lambda: fired.append("a")),
+        (1000, "b", lambda: fired.append("b")),
+    ]
     log = Scheduler(entries).run(time.monotonic_ns())
     assert fired == ["a", "b", "c"]
     assert [(f.label, f.scheduled_us) for f in log] == [("a", 1000), ("b", 1000), ("c", 2000)]
@@ -33,6 +36,7 @@ def test_deadlines_are_absolute_so_a_slow_step_does_not_shift_the_next():
 def test_failing_callback_is_logged_and_the_rest_still_fire():
     def boom():
         raise ValueError("no such link")
+
     fired = []
     log = Scheduler([(0, "bad", boom), (1000, "good", lambda: fired.append(1))]).run(time.monotonic_ns())
     assert log[0].error == "ValueError: no such link"
@@ -67,6 +71,7 @@ def test_lateness_p99_under_5ms_for_50_events_over_3s():
     than the host lets it: the bound is on top of the longest wake-up delay
     cyclictest saw meanwhile, on the quietest of up to 3 measurements
     (tests/host_timing.py)."""
+
     def measure():
         entries = [(60_000 * k + 7_000, f"e{k}", lambda: None) for k in range(50)]
         scheduler = Scheduler(entries)
@@ -76,18 +81,21 @@ def test_lateness_p99_under_5ms_for_50_events_over_3s():
 
     late, host = quietest(measure)
     assert len(late) == 50 and min(late) >= 0
-    assert percentile(late, 0.99) < 5_000 + host.max_us, \
+    assert percentile(late, 0.99) < 5_000 + host.max_us, (
         f"lateness p99 {percentile(late, 0.99)} us: {sorted(late)[-5:]}; {host}"
+    )
 
 
 def test_commands_started_by_a_step_do_not_inherit_realtime_priority():
     import os
     import subprocess
+
     seen = []
 
     def start():
-        proc = subprocess.run(["python3", "-c", "import os; print(os.sched_getscheduler(0))"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["python3", "-c", "import os; print(os.sched_getscheduler(0))"], capture_output=True, text=True
+        )
         seen.append((os.sched_getscheduler(0), int(proc.stdout)))
 
     scheduler = Scheduler([(0, "join", start)])

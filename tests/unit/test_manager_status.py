@@ -9,13 +9,17 @@ import pytest
 from collapsar.manager.status import StatusBoard, StatusServer, metrics_text
 
 SNAPSHOT = {
-    "run_id": "a1b2c3", "t_us": 1500000, "state": "running",
-    "instances": [{"name": "client", "ip": "10.77.0.2", "status": "up", "pid": 10},
-                  {"name": "server", "ip": "10.77.0.3", "status": "crashed", "pid": None}],
-    "throughput": [{"src": "client", "dst": "server", "bytes": 1000, "packets": 3,
-                    "wire_bytes": 1072, "rate_bps": 8000}],
-    "events": {"applied": [{"label": "x", "scheduled_us": 1, "applied_us": 3, "lateness_us": 2}],
-               "pending": 4},
+    "run_id": "a1b2c3",
+    "t_us": 1500000,
+    "state": "running",
+    "instances": [
+        {"name": "client", "ip": "10.77.0.2", "status": "up", "pid": 10},
+        {"name": "server", "ip": "10.77.0.3", "status": "crashed", "pid": None},
+    ],
+    "throughput": [
+        {"src": "client", "dst": "server", "bytes": 1000, "packets": 3, "wire_bytes": 1072, "rate_bps": 8000}
+    ],
+    "events": {"applied": [{"label": "x", "scheduled_us": 1, "applied_us": 3, "lateness_us": 2}], "pending": 4},
 }
 
 
@@ -70,10 +74,10 @@ def test_stream_sends_current_then_each_new_snapshot(server):
         return lines
 
     first = read_event()
-    assert first[0] == "event: status" and json.loads(first[1][len("data: "):])["t_us"] == 1500000
+    assert first[0] == "event: status" and json.loads(first[1][len("data: ") :])["t_us"] == 1500000
     threading.Timer(0.05, board.publish, args=({**SNAPSHOT, "t_us": 1550000},)).start()
     second = read_event()
-    assert json.loads(second[1][len("data: "):])["t_us"] == 1550000
+    assert json.loads(second[1][len("data: ") :])["t_us"] == 1550000
     reply.close()
 
 
@@ -108,8 +112,7 @@ def control_server(tmp_path):
     control = RunControl("tok-123", start=None, stop=calls.stop, link=calls.link)
     board = StatusBoard()
     board.publish(SNAPSHOT)
-    srv = StatusServer(board, 0, control=control, topology=lambda: {"nodes": [1], "links": []},
-                       assets=tmp_path).start()
+    srv = StatusServer(board, 0, control=control, topology=lambda: {"nodes": [1], "links": []}, assets=tmp_path).start()
     yield srv, calls
     board.close()
     srv.stop()
@@ -143,14 +146,21 @@ def test_control_with_the_token(control_server):
     assert calls.seen == ["stop", ("link", change)]
 
 
-@pytest.mark.parametrize("route, body, code, words", [
-    ("/control/link", b"{not json", 400, "not JSON"),
-    ("/control/link", json.dumps({"link": ["a", "b"], "set": {"bandwidth": "bad"}}).encode(), 400,
-     "expected a rate"),
-    ("/control/start", b"{}", 409, "--wait-start"),
-    ("/control/run", b'{"cmd": "id"}', 404, "expected one of start, stop, link"),
-    ("/control/link", b"x" * (64 * 1024 + 1), 413, "over 65536 bytes"),
-])
+@pytest.mark.parametrize(
+    "route, body, code, words",
+    [
+        ("/control/link", b"{not json", 400, "not JSON"),
+        (
+            "/control/link",
+            json.dumps({"link": ["a", "b"], "set": {"bandwidth": "bad"}}).encode(),
+            400,
+            "expected a rate",
+        ),
+        ("/control/start", b"{}", 409, "--wait-start"),
+        ("/control/run", b'{"cmd": "id"}', 404, "expected one of start, stop, link"),
+        ("/control/link", b"x" * (64 * 1024 + 1), 413, "over 65536 bytes"),
+    ],
+)
 def test_control_errors_are_one_json_line(control_server, route, body, code, words):
     srv, _ = control_server
     status, head, data = request(srv, "POST", route, body, {"Authorization": "Bearer tok-123"})
@@ -182,8 +192,10 @@ def test_topology_and_page(control_server):
     assert request(srv, "GET", "/dashboard")[1]["Location"] == "/dashboard/"
 
 
-@pytest.mark.parametrize("route", ["/dashboard/../secret.txt", "/dashboard/%2e%2e/secret.txt",
-                                   "/dashboard/nope.js", "/dashboard//etc/passwd"])
+@pytest.mark.parametrize(
+    "route",
+    ["/dashboard/../secret.txt", "/dashboard/%2e%2e/secret.txt", "/dashboard/nope.js", "/dashboard//etc/passwd"],
+)
 def test_page_files_only(control_server, route):
     srv, _ = control_server
     assert request(srv, "GET", route)[0] == 404

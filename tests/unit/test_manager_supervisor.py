@@ -19,8 +19,9 @@ def sup(tmp_path):
     def logs(instance):
         return tmp_path / f"{instance}.out", tmp_path / f"{instance}.err"
 
-    s = Supervisor(logs, prefix=lambda inst: [],
-                   on_start=lambda inst, pid, st: started.append((inst, pid, st)), grace_s=0.3)
+    s = Supervisor(
+        logs, prefix=lambda inst: [], on_start=lambda inst, pid, st: started.append((inst, pid, st)), grace_s=0.3
+    )
     s.started = started
     s.tmp = tmp_path
     yield s
@@ -53,8 +54,9 @@ def test_leave_is_sigterm_first(sup):
 
 
 def test_leave_escalates_to_sigkill_after_the_grace_period(sup):
-    code = ("import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('ready', flush=True); time.sleep(30)")
+    code = (
+        "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(30)"
+    )
     sup.start(Launch("stubborn", (sys.executable, "-c", code)))
     while "ready" not in (sup.tmp / "stubborn.out").read_text():
         time.sleep(0.01)
@@ -66,8 +68,7 @@ def test_leave_escalates_to_sigkill_after_the_grace_period(sup):
 
 
 def test_crash_is_sigkill_of_the_whole_group(sup):
-    code = ("import subprocess,time; p=subprocess.Popen(['sleep','30']); "
-            "print(p.pid, flush=True); time.sleep(30)")
+    code = "import subprocess,time; p=subprocess.Popen(['sleep','30']); print(p.pid, flush=True); time.sleep(30)"
     sup.start(Launch("c", (sys.executable, "-c", code)))
     while not (sup.tmp / "c.out").read_text().strip():
         time.sleep(0.01)
@@ -98,8 +99,9 @@ def test_stop_all_reaps_everything(sup):
 
 
 def test_rejoin_within_the_grace_period_replaces_the_old_process(sup):
-    code = ("import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('ready', flush=True); time.sleep(30)")
+    code = (
+        "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(30)"
+    )
     first = sup.start(Launch("w", (sys.executable, "-c", code)))
     while "ready" not in (sup.tmp / "w.out").read_text():
         time.sleep(0.01)

@@ -21,8 +21,10 @@ class FakeCounters:
         return self
 
     def read(self):
-        return {"10.77.0.3": Counter(self.wire, self.wire // 1000, self.wire),
-                "192.0.2.1": Counter(5, 1, 5)}  # not an instance of the run: ignored
+        return {
+            "10.77.0.3": Counter(self.wire, self.wire // 1000, self.wire),
+            "192.0.2.1": Counter(5, 1, 5),
+        }  # not an instance of the run: ignored
 
     def detach(self):
         self.detached = True
@@ -69,8 +71,9 @@ def test_segments_split_at_path_changes_and_skip_windows_idle_at_an_edge(monkeyp
     and the windows that straddle the change or the end do not drag it."""
     plan = plan_network("a1b2c3", ["a", "b"])
     sender = FakeCounters()
-    meter = Meter(plan, lambda ifname, netns: sender if netns == "cx-a1b2c3-a" else FakeCounters(),
-                  say=lambda line: None)
+    meter = Meter(
+        plan, lambda ifname, netns: sender if netns == "cx-a1b2c3-a" else FakeCounters(), say=lambda line: None
+    )
     meter.start()
     meter._thread.join()
     clock = [0]
@@ -99,17 +102,44 @@ def test_segments_split_at_path_changes_and_skip_windows_idle_at_an_edge(monkeyp
 
 
 def test_flow_table_lists_flows_with_traffic_one_row_per_segment():
-    flows = [{"src": "a", "dst": "b", "bytes": 5_000_000, "segments": [
-                 {"start_s": 0.0, "end_s": 4.0, "configured_bps": 10_000_000, "cut": False,
-                  "median_rate_bps": 9_870_000, "windows": 50},
-                 {"start_s": 4.0, "end_s": 5.0, "configured_bps": 1_000_000, "cut": False,
-                  "median_rate_bps": None, "windows": 0},
-                 {"start_s": 5.0, "end_s": None, "configured_bps": None, "cut": True,
-                  "median_rate_bps": 20_000, "windows": 3}]},
-             {"src": "b", "dst": "a", "bytes": 600, "segments": []}]
+    flows = [
+        {
+            "src": "a",
+            "dst": "b",
+            "bytes": 5_000_000,
+            "segments": [
+                {
+                    "start_s": 0.0,
+                    "end_s": 4.0,
+                    "configured_bps": 10_000_000,
+                    "cut": False,
+                    "median_rate_bps": 9_870_000,
+                    "windows": 50,
+                },
+                {
+                    "start_s": 4.0,
+                    "end_s": 5.0,
+                    "configured_bps": 1_000_000,
+                    "cut": False,
+                    "median_rate_bps": None,
+                    "windows": 0,
+                },
+                {
+                    "start_s": 5.0,
+                    "end_s": None,
+                    "configured_bps": None,
+                    "cut": True,
+                    "median_rate_bps": 20_000,
+                    "windows": 3,
+                },
+            ],
+        },
+        {"src": "b", "dst": "a", "bytes": 600, "segments": []},
+    ]
     configured = {("a", "b"): path("a", "b", delay_us=5000, rate_bps=10_000_000, loss_ratio=0.01)}
     assert flow_table(flows, configured) == [
         "pair    during     configured rate  measured (median 1 s)  RTT now  loss now  sent",
         "a -> b  0.0-4.0 s  10 Mbit/s        9.87 Mbit/s            10 ms    0.01      5 MB",
-        "        5.0-end s  cut              20 kbit/s"]
+        "        5.0-end s  cut              20 kbit/s",
+    ]
     assert flow_table(flows[1:], configured) == []

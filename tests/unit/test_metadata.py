@@ -50,17 +50,29 @@ def sample():
 def test_exact_bytes_narrow_ids():
     data = codec().encode(sample())
     body = bytes.fromhex(
-        "4358" "03" "00" "c0ffee01" "0007" "a1b2c3d4" "0000002a" "0002"  # magic, version, flags, tag, sender,
+        "4358"
+        "03"
+        "00"
+        "c0ffee01"
+        "0007"
+        "a1b2c3d4"
+        "0000002a"
+        "0002"  # magic, version, flags, tag, sender,
         #                                                                   epoch, sequence, count
-        "00004e20" "03" "010203"                                         # 20000 kbit/s over links 1, 2, 3
-        "000005dc" "01" "05")                                            # 1500 kbit/s over link 5
+        "00004e20"
+        "03"
+        "010203"  # 20000 kbit/s over links 1, 2, 3
+        "000005dc"
+        "01"
+        "05"
+    )  # 1500 kbit/s over link 5
     assert data == body + expected_tag(body)
     assert len(data) == 20 + 8 + 6 + 16  # 20 bytes more than version 2: the epoch and the tag
 
 
 def test_exact_bytes_wide_ids():
     data = codec(links=300).encode(Message(1, 0, (FlowReport((299, 7), 1000),)))
-    body = bytes.fromhex("4358" "03" "01" "c0ffee01" "0001" "00000000" "00000000" "0001" "00000001" "02" "012b" "0007")
+    body = bytes.fromhex("43580301c0ffee010001000000000000000000010000000102012b0007")
     assert data == body + expected_tag(body)
 
 
@@ -91,22 +103,26 @@ def test_sequence_wraps_at_32_bits():
     assert c.decode(c.encode(Message(1, (1 << 32) + 5, ()))).sequence == 5
 
 
-@pytest.mark.parametrize("message,text", [
-    (Message(12, 0, ()), "sender_id must be 0..11, got 12"),
-    (Message(1, 0, (FlowReport((1,), 1),) * 12), "at most 11 flows per message, got 12"),
-    (Message(1, 0, (), epoch=1 << 32), "epoch must fit in 32 bits"),
-    (Message(1, 0, (FlowReport((), 1),)), "a flow crosses 1..127 links, got 0"),
-    (Message(1, 0, (FlowReport((40,), 1),)), "link id 40 outside 0..39"),
-    (Message(1, 0, (FlowReport((3, 4, 3), 1),)), r"a path crosses each link once, got link ids \(3, 4, 3\)"),
-    (Message(1, 0, (FlowReport((1,), 1 << 45),)), "does not fit in 32 bits of kbit/s"),
-    (Message(1, 0, (FlowReport((1,), -1000),)), "does not fit in 32 bits of kbit/s"),
-])
+@pytest.mark.parametrize(
+    "message,text",
+    [
+        (Message(12, 0, ()), "sender_id must be 0..11, got 12"),
+        (Message(1, 0, (FlowReport((1,), 1),) * 12), "at most 11 flows per message, got 12"),
+        (Message(1, 0, (), epoch=1 << 32), "epoch must fit in 32 bits"),
+        (Message(1, 0, (FlowReport((), 1),)), "a flow crosses 1..127 links, got 0"),
+        (Message(1, 0, (FlowReport((40,), 1),)), "link id 40 outside 0..39"),
+        (Message(1, 0, (FlowReport((3, 4, 3), 1),)), r"a path crosses each link once, got link ids \(3, 4, 3\)"),
+        (Message(1, 0, (FlowReport((1,), 1 << 45),)), "does not fit in 32 bits of kbit/s"),
+        (Message(1, 0, (FlowReport((1,), -1000),)), "does not fit in 32 bits of kbit/s"),
+    ],
+)
 def test_encoder_rejects_out_of_range(message, text):
     with pytest.raises(MetadataError, match=text):
         codec().encode(message)
 
 
 # ---- authentication ----------------------------------------------------------
+
 
 def test_a_message_under_another_key_is_forged():
     data = codec(key=b"another run's key, 32 bytes long").encode(sample())
@@ -116,7 +132,7 @@ def test_a_message_under_another_key_is_forged():
 
 
 def test_a_version_2_message_without_a_tag_is_refused_by_version():
-    v2 = bytes.fromhex("4358" "02" "00" "c0ffee01" "0007" "0000002a" "0001" "00004e20" "01" "01")
+    v2 = bytes.fromhex("43580200c0ffee0100070000002a000100004e200101")
     with pytest.raises(MalformedMessage) as caught:
         codec().decode(v2)
     assert caught.value.reason == "version"
@@ -143,6 +159,7 @@ def test_keys_shorter_than_16_bytes_are_refused(text):
 
 # ---- strict rejection of authentic but wrong messages (a manager's bug) -----
 
+
 def _good():
     return bytearray(codec().encode(sample())[:-TAG_BYTES])
 
@@ -166,12 +183,12 @@ REJECTS = [
     (_patched(4, ">I", 0xDEADBEEF), "foreign"),
     (_patched(2, ">B", 2), "version"),
     (_patched(3, ">B", 0x80), "flags"),
-    (_patched(3, ">B", 0x01), "flags"),          # wide ids in a 40-link topology
-    (_patched(8, ">H", INSTANCES), "sender"),    # no such instance
+    (_patched(3, ">B", 0x01), "flags"),  # wide ids in a 40-link topology
+    (_patched(8, ">H", INSTANCES), "sender"),  # no such instance
     (_patched(8, ">H", 0xFFFF), "sender"),
-    (_patched(18, ">H", INSTANCES), "flows"),    # more flows than other instances
-    (_patched(18, ">H", 3), "truncated"),        # claims a third flow
-    (_patched(18, ">H", 1), "trailing"),         # hides the second flow
+    (_patched(18, ">H", INSTANCES), "flows"),  # more flows than other instances
+    (_patched(18, ">H", 3), "truncated"),  # claims a third flow
+    (_patched(18, ">H", 1), "trailing"),  # hides the second flow
     (_patched(24, ">B", 0), "empty-path"),
     (_patched(24, ">B", 15), "truncated"),
     (_patched(25, ">B", 40), "link-id"),
@@ -194,16 +211,17 @@ def test_decoder_rejects_with_reason(data, reason):
 
 # ---- own, duplicates, replays, sessions --------------------------------------
 
+
 def test_inbox_drops_own_duplicates_and_late_messages():
     c = codec()
     inbox = Inbox(c, own_sender_ids=[3])
-    assert inbox.accept(c.encode(Message(3, 1, ()))) is None       # ours, back over IPC
+    assert inbox.accept(c.encode(Message(3, 1, ()))) is None  # ours, back over IPC
     assert inbox.accept(c.encode(Message(9, 100, ()))).sequence == 100
-    assert inbox.accept(c.encode(Message(9, 100, ()))) is None     # duplicate
-    assert inbox.accept(c.encode(Message(9, 99, ()))) is None      # late
+    assert inbox.accept(c.encode(Message(9, 100, ()))) is None  # duplicate
+    assert inbox.accept(c.encode(Message(9, 99, ()))) is None  # late
     assert inbox.accept(c.encode(Message(9, 101, ()))).sequence == 101
     assert inbox.accept(c.encode(Message(9, 7_000_000, ()))).sequence == 7_000_000  # a gap: lost messages
-    assert inbox.accept(c.encode(Message(9, 100, ()))) is None     # far behind is still behind
+    assert inbox.accept(c.encode(Message(9, 100, ()))) is None  # far behind is still behind
     assert inbox.dropped == {"own": 1, "stale": 3}
     assert inbox.accepted == 3
 
@@ -257,19 +275,30 @@ def test_a_receiver_remembers_sixteen_ended_sessions_per_sender():
 
 # ---- fuzzing ---------------------------------------------------------------
 
-flows_strategy = st.lists(st.builds(
-    FlowReport,
-    st.lists(st.integers(0, 299), min_size=1, max_size=8, unique=True).map(tuple),
-    st.integers(0, 4_000_000_000).map(lambda kbps: kbps * 1000), st.booleans()), max_size=30)
+flows_strategy = st.lists(
+    st.builds(
+        FlowReport,
+        st.lists(st.integers(0, 299), min_size=1, max_size=8, unique=True).map(tuple),
+        st.integers(0, 4_000_000_000).map(lambda kbps: kbps * 1000),
+        st.booleans(),
+    ),
+    max_size=30,
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.integers(1, 65535), st.integers(0, 0xFFFF), st.integers(0, 0xFFFF_FFFF), st.integers(0, 0xFFFF_FFFF),
-       flows_strategy)
+@given(
+    st.integers(1, 65535),
+    st.integers(0, 0xFFFF),
+    st.integers(0, 0xFFFF_FFFF),
+    st.integers(0, 0xFFFF_FFFF),
+    flows_strategy,
+)
 def test_round_trip_any_message(links, sender, sequence, epoch, flows):
     c = Codec(TAG, links, instances=0x10000, key=KEY)
-    flows = [FlowReport(tuple(dict.fromkeys(i % links for i in f.link_ids)), f.rate_bps, f.saturated)
-             for f in flows]  # ids folded into range, repeats dropped: a path crosses a link once
+    flows = [
+        FlowReport(tuple(dict.fromkeys(i % links for i in f.link_ids)), f.rate_bps, f.saturated) for f in flows
+    ]  # ids folded into range, repeats dropped: a path crosses a link once
     message = Message(sender, sequence, tuple(flows), epoch)
     data = c.encode(message)
     assert c.decode(data) == message
@@ -293,7 +322,7 @@ def test_every_single_byte_mutation_and_truncation_is_dropped():
             data = bytearray(good)
             data[offset] = value
             for cut in range(4):
-                candidate = bytes(data[:len(data) - cut])
+                candidate = bytes(data[: len(data) - cut])
                 try:
                     codec().decode(candidate)
                 except MalformedMessage as error:
@@ -318,23 +347,28 @@ def fuzz_one(data: bytes) -> None:
 
 def test_atheris_fuzz():
     pytest.importorskip("atheris", reason="atheris==3.0.0 is the optional coverage-guided fuzzer")
-    run = subprocess.run([sys.executable, __file__, "-runs=30000", "-seed=1", "-max_len=256"],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, __file__, "-runs=30000", "-seed=1", "-max_len=256"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Done 30000 runs" in run.stderr
 
 
 # ---- send policy and expiry -------------------------------------------------
 
+
 def test_send_on_change_plus_heartbeat():
     policy = SendPolicy(heartbeat_periods=4, change_ratio=0.05)
     steady = {(1, 2): 10_000_000}
     sent = [p for p in range(12) if policy.should_send(steady, p)]
-    assert sent == [0, 4, 8]                                          # heartbeats only
-    assert policy.should_send({(1, 2): 10_400_000}, 9) is False       # 4% move: no
-    assert policy.should_send({(1, 2): 10_600_000}, 10) is True       # 6% move: send
+    assert sent == [0, 4, 8]  # heartbeats only
+    assert policy.should_send({(1, 2): 10_400_000}, 9) is False  # 4% move: no
+    assert policy.should_send({(1, 2): 10_600_000}, 10) is True  # 6% move: send
     assert policy.should_send({(1, 2): 10_600_000, (3,): 1}, 11) is True  # new flow
-    assert policy.should_send({(1, 2): 10_600_000}, 12) is True       # flow ended
+    assert policy.should_send({(1, 2): 10_600_000}, 12) is True  # flow ended
     assert policy.should_send({(1, 2): 10_600_000}, 13) is False
 
 
@@ -347,14 +381,17 @@ def test_peer_flows_expire_after_silence():
     assert peers.flows() == {5: ()}
 
 
-@pytest.mark.parametrize("make,text", [
-    (lambda: Codec(1 << 32, 10, instances=2, key=KEY), "experiment_tag must fit in 32 bits"),
-    (lambda: Codec(1, 0, instances=2, key=KEY), "link_count must be 1..65535, got 0"),
-    (lambda: Codec(1, 10, instances=0, key=KEY), "instances must be 1..65536, got 0"),
-    (lambda: SendPolicy(heartbeat_periods=0), "heartbeat_periods must be at least 1"),
-    (lambda: SendPolicy(change_ratio=1.0), r"change_ratio must lie in \[0, 1\)"),
-    (lambda: PeerFlows(expiry_periods=0), "expiry_periods must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "make,text",
+    [
+        (lambda: Codec(1 << 32, 10, instances=2, key=KEY), "experiment_tag must fit in 32 bits"),
+        (lambda: Codec(1, 0, instances=2, key=KEY), "link_count must be 1..65535, got 0"),
+        (lambda: Codec(1, 10, instances=0, key=KEY), "instances must be 1..65536, got 0"),
+        (lambda: SendPolicy(heartbeat_periods=0), "heartbeat_periods must be at least 1"),
+        (lambda: SendPolicy(change_ratio=1.0), r"change_ratio must lie in \[0, 1\)"),
+        (lambda: PeerFlows(expiry_periods=0), "expiry_periods must be at least 1"),
+    ],
+)
 def test_bad_settings(make, text):
     with pytest.raises(MetadataError, match=text):
         make()

@@ -71,25 +71,28 @@ def test_the_paths_of_the_sender_now_pass(timeline):
 def test_a_path_of_the_step_before_or_after_passes_one_two_steps_away_does_not(timeline):
     # Managers apply a step at nearly the same moment, each on its own clock.
     routes = Routes(timeline, ["a", "b", "c"])
-    assert check(routes, timeline, 0, A, DETOUR_AB) is None   # step 1's: a sender one step ahead
+    assert check(routes, timeline, 0, A, DETOUR_AB) is None  # step 1's: a sender one step ahead
     # Step 3's (which left a->b alone, so step 2's path): a sender one step behind.
     assert check(routes, timeline, 4, A, DETOUR_AB) is None
     assert check(routes, timeline, 2, A, DIRECT_AB) == "path"  # steps 1, 2 and 3 all detour
     assert check(routes, timeline, 2, A, DIRECT_AC) == "path"
 
 
-@pytest.mark.parametrize("sender,paths,why", [
-    (A, [BA], "another instance's path"),
-    (B, [DIRECT_AB], "a path from a, claimed by b"),
-    (A, [(0,)], "ends at a switch, not an instance"),
-    (A, [(0, 2)], "ends at a switch, not an instance"),
-    (A, [(2, 8)], "does not start at a"),
-    (A, [(0, 2, 7, 6, 8)], "a loop through s3 on the way to b"),
-    (A, [(4, 6, 8)], "starts at a switch"),
-    (A, [DIRECT_AB, DIRECT_AB], "the same destination twice"),
-    (A, [DIRECT_AB, DETOUR_AB], "two paths to one destination: b's flow counted twice"),
-    (A, [(9, 3, 1)], "a path back to a itself, from b"),
-])
+@pytest.mark.parametrize(
+    "sender,paths,why",
+    [
+        (A, [BA], "another instance's path"),
+        (B, [DIRECT_AB], "a path from a, claimed by b"),
+        (A, [(0,)], "ends at a switch, not an instance"),
+        (A, [(0, 2)], "ends at a switch, not an instance"),
+        (A, [(2, 8)], "does not start at a"),
+        (A, [(0, 2, 7, 6, 8)], "a loop through s3 on the way to b"),
+        (A, [(4, 6, 8)], "starts at a switch"),
+        (A, [DIRECT_AB, DIRECT_AB], "the same destination twice"),
+        (A, [DIRECT_AB, DETOUR_AB], "two paths to one destination: b's flow counted twice"),
+        (A, [(9, 3, 1)], "a path back to a itself, from b"),
+    ],
+)
 def test_flows_that_are_not_paths_of_the_sender_are_refused(timeline, sender, paths, why):
     assert check(Routes(timeline, ["a", "b", "c"]), timeline, 0, sender, *paths) == "path", why
 
@@ -104,6 +107,7 @@ def test_a_state_outside_the_timeline_is_checked_on_its_own(timeline):
 
 
 # ---- the bus: newest per sender per period, flows checked ------------------------
+
 
 class ListWire:
     def __init__(self):
@@ -173,9 +177,19 @@ def test_a_flood_of_forged_messages_costs_one_tag_each(timeline):
 
 def test_a_manager_reports_each_kind_of_drop_once(timeline):
     said = []
-    sharing = ManagerSharing(source=TEXT, instances=["a", "b", "c"], cores={}, netem=False, timeline=timeline,
-                             key=KEY, lock=threading.Lock(), aeron_dir="-", log_path=None, say=said.append,
-                             aeron=False)
+    sharing = ManagerSharing(
+        source=TEXT,
+        instances=["a", "b", "c"],
+        cores={},
+        netem=False,
+        timeline=timeline,
+        key=KEY,
+        lock=threading.Lock(),
+        aeron_dir="-",
+        log_path=None,
+        say=said.append,
+        aeron=False,
+    )
     wire = ListWire()
     sharing.bus.wire = wire  # what Aeron would hand over
     forger = Codec(sharing.bus.codec.experiment_tag, 12, instances=3, key=b"a guess at the key, 32 bytes ..")
@@ -188,4 +202,5 @@ def test_a_manager_reports_each_kind_of_drop_once(timeline):
         "run's key (not from a manager of this run)); such messages are counted in the status "
         "(sharing.metadata.dropped_messages), not reported again",
         "warning: sharing: dropped a metadata message (foreign: another run's or another program's message); "
-        "such messages are counted in the status (sharing.metadata.dropped_messages), not reported again"]
+        "such messages are counted in the status (sharing.metadata.dropped_messages), not reported again",
+    ]

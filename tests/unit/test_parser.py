@@ -21,8 +21,7 @@ def parse(text: str, source: str = "t.yaml"):
 def test_defaults():
     experiment = parse(MINIMAL, "topologies/my_test.yaml")
     assert experiment.settings == Settings(name="my-test")
-    assert experiment.services == (Service("web", ("x",), where=Where("topologies/my_test.yaml",
-                                                                      2)),)
+    assert experiment.services == (Service("web", ("x",), where=Where("topologies/my_test.yaml", 2)),)
     assert experiment.bridges == () and experiment.links == () and experiment.events == ()
     assert experiment.source == "topologies/my_test.yaml"
 
@@ -33,14 +32,17 @@ def test_default_name_without_a_usable_file_name():
 
 
 def test_settings():
-    experiment = parse(textwrap.dedent("""\
+    experiment = parse(
+        textwrap.dedent("""\
         experiment:
           name: geo-1
           period: 20ms
           paths: hops
           seed: 7
           wire-overhead: false
-        """) + MINIMAL)
+        """)
+        + MINIMAL
+    )
     assert experiment.settings == Settings("geo-1", 20_000, "hops", 7, False, Where("t.yaml", 2))
 
 
@@ -57,10 +59,16 @@ def test_service_keys():
             memory: 512m
         """)
     assert experiment.services[0] == Service(
-        name="web", command=("nginx", "-g", "daemon off;", "10", "yes", "1.50"),
-        image="nginx:1.25", replicas=0,
+        name="web",
+        command=("nginx", "-g", "daemon off;", "10", "yes", "1.50"),
+        image="nginx:1.25",
+        replicas=0,
         env={"MODE": "fast", "PORT": "8080", "DEBUG": "true", "EMPTY": ""},
-        workdir="/srv", cpus=0.5, memory_bytes=512 * 2**20, where=Where("t.yaml", 2))
+        workdir="/srv",
+        cpus=0.5,
+        memory_bytes=512 * 2**20,
+        where=Where("t.yaml", 2),
+    )
 
 
 def test_command_string_is_split_like_a_shell_without_expansion():
@@ -68,8 +76,7 @@ def test_command_string_is_split_like_a_shell_without_expansion():
         services:
           web: {command: "sh -c 'echo $HOME > out' # no comment"}
         """)
-    assert experiment.services[0].command == ("sh", "-c", "echo $HOME > out", "#", "no",
-                                              "comment")
+    assert experiment.services[0].command == ("sh", "-c", "echo $HOME > out", "#", "no", "comment")
 
 
 def test_image_alone_is_enough():
@@ -104,16 +111,15 @@ def test_up_only_leaves_down_unlimited():
 
 
 def test_jitter_equal_to_latency_is_allowed():
-    experiment = parse(MINIMAL + "bridges: [s1]\nlinks:\n"
-                       "  - {from: web, to: s1, latency: 2ms, jitter: 2ms}\n")
+    experiment = parse(MINIMAL + "bridges: [s1]\nlinks:\n  - {from: web, to: s1, latency: 2ms, jitter: 2ms}\n")
     assert experiment.links[0].up.jitter_us == 2000
 
 
 def test_bridges_and_a_service_to_service_link():
-    experiment = parse(MINIMAL + "  db: {command: [y]}\nbridges: [s1, core-2]\n"
-                       "links:\n  - {from: web, to: db, latency: 1ms}\n")
-    assert experiment.bridges == (Bridge("s1", Where("t.yaml", 4)),
-                                  Bridge("core-2", Where("t.yaml", 4)))
+    experiment = parse(
+        MINIMAL + "  db: {command: [y]}\nbridges: [s1, core-2]\nlinks:\n  - {from: web, to: db, latency: 1ms}\n"
+    )
+    assert experiment.bridges == (Bridge("s1", Where("t.yaml", 4)), Bridge("core-2", Where("t.yaml", 4)))
     assert experiment.links[0].a == "web" and experiment.links[0].b == "db"
 
 
@@ -172,15 +178,13 @@ def test_parse_file_rejects_non_utf8_with_its_line(tmp_path):
     path.write_bytes(b"services:\n  web: {command: [caf\xe9]}\n")
     with pytest.raises(TopologyError) as error:
         parse_file(path)
-    assert error.value.lines() == [f"{path}:2: not UTF-8 text (byte 0xe9); save the file as "
-                                   "UTF-8"]
+    assert error.value.lines() == [f"{path}:2: not UTF-8 text (byte 0xe9); save the file as UTF-8"]
 
 
 def test_parse_file_missing(tmp_path):
     with pytest.raises(TopologyError) as error:
         parse_file(tmp_path / "nope.yaml")
-    assert error.value.lines() == [f"{tmp_path / 'nope.yaml'}: cannot read: No such file or "
-                                   "directory"]
+    assert error.value.lines() == [f"{tmp_path / 'nope.yaml'}: cannot read: No such file or directory"]
     assert error.value.exit_code == 2
 
 
@@ -196,8 +200,7 @@ def test_deep_nesting_is_a_topology_error():
     text = "services:\n  web: {command: [x]}\nx-deep: " + "[" * 5000 + "]" * 5000 + "\n"
     with pytest.raises(TopologyError) as error:
         parse_text(text, "t.yaml")
-    assert error.value.lines() == [
-        "t.yaml:3: YAML nesting is too deep (more than 100 levels of [ and {)"]
+    assert error.value.lines() == ["t.yaml:3: YAML nesting is too deep (more than 100 levels of [ and {)"]
     block = "".join("  " * i + "k:\n" for i in range(2000))
     with pytest.raises(TopologyError) as error:
         parse_text(block, "t.yaml")

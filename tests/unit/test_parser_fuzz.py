@@ -1,7 +1,6 @@
 """Property tests: no input makes the parsers raise anything but TopologyError,
 and every valid generated experiment parses and survives a YAML round trip."""
 
-
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -11,17 +10,80 @@ from collapsar.errors import TopologyError
 from collapsar.kollaps_xml import parse_xml_text, to_yaml
 from collapsar.parser import parse_file, parse_text
 
-FUZZ = settings(max_examples=150, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-TOKENS = ["services:", "bridges:", "links:", "events:", "experiment:", "web", "s1", "db-2",
-          "{", "}", "[", "]", ",", ": ", "- ", "\n", "  ", "from", "to", "latency", "10ms",
-          "jitter", "bandwidth", "1Gbps", "up", "down", "loss", "0.1%", "at", "action",
-          "join", "leave", "crash", "set", "flap", "every", "until", "partition", "amount",
-          "&a ", "*a", "<<", "!!str ", "!x ", "!!bool ", "!!int ", "!!float ", "!!null ",
-          "!!binary ", "!!timestamp ", "!!set ", "!!omap ", "0x", "0b", "1:30", "yes", "'", '"', "#", "-1", "1e999",
-          ".nan", "~",
-          "command", "replicas", "direction", "one-way", "instance", "bridge", "link"]
+TOKENS = [
+    "services:",
+    "bridges:",
+    "links:",
+    "events:",
+    "experiment:",
+    "web",
+    "s1",
+    "db-2",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ": ",
+    "- ",
+    "\n",
+    "  ",
+    "from",
+    "to",
+    "latency",
+    "10ms",
+    "jitter",
+    "bandwidth",
+    "1Gbps",
+    "up",
+    "down",
+    "loss",
+    "0.1%",
+    "at",
+    "action",
+    "join",
+    "leave",
+    "crash",
+    "set",
+    "flap",
+    "every",
+    "until",
+    "partition",
+    "amount",
+    "&a ",
+    "*a",
+    "<<",
+    "!!str ",
+    "!x ",
+    "!!bool ",
+    "!!int ",
+    "!!float ",
+    "!!null ",
+    "!!binary ",
+    "!!timestamp ",
+    "!!set ",
+    "!!omap ",
+    "0x",
+    "0b",
+    "1:30",
+    "yes",
+    "'",
+    '"',
+    "#",
+    "-1",
+    "1e999",
+    ".nan",
+    "~",
+    "command",
+    "replicas",
+    "direction",
+    "one-way",
+    "instance",
+    "bridge",
+    "link",
+]
 
 
 def only_topology_errors(parse, text):
@@ -44,16 +106,59 @@ def test_yaml_ish_text(text):
     only_topology_errors(lambda t: parse_text(t, "f.yaml"), text)
 
 
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
-                    st.text(max_size=12), st.sampled_from(["10ms", "1Gbps", "0.1%", "web", "s1",
-                                                           "join", "leave", "one-way", "-5s"]))
-KEYS = st.sampled_from(["services", "bridges", "links", "events", "experiment", "web", "db",
-                        "s1", "from", "to", "latency", "jitter", "bandwidth", "up", "down",
-                        "at", "service", "instance", "link", "bridge", "partition", "action",
-                        "amount", "set", "flap", "every", "until", "command", "replicas",
-                        "env", "seed", "period", "name", "direction", "distribution", "loss"])
-DOCUMENTS = st.recursive(SCALARS, lambda inner: st.one_of(
-    st.lists(inner, max_size=5), st.dictionaries(KEYS, inner, max_size=6)), max_leaves=40)
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=12),
+    st.sampled_from(["10ms", "1Gbps", "0.1%", "web", "s1", "join", "leave", "one-way", "-5s"]),
+)
+KEYS = st.sampled_from(
+    [
+        "services",
+        "bridges",
+        "links",
+        "events",
+        "experiment",
+        "web",
+        "db",
+        "s1",
+        "from",
+        "to",
+        "latency",
+        "jitter",
+        "bandwidth",
+        "up",
+        "down",
+        "at",
+        "service",
+        "instance",
+        "link",
+        "bridge",
+        "partition",
+        "action",
+        "amount",
+        "set",
+        "flap",
+        "every",
+        "until",
+        "command",
+        "replicas",
+        "env",
+        "seed",
+        "period",
+        "name",
+        "direction",
+        "distribution",
+        "loss",
+    ]
+)
+DOCUMENTS = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(KEYS, inner, max_size=6)),
+    max_leaves=40,
+)
 
 
 @FUZZ
@@ -71,12 +176,40 @@ def test_any_bytes_in_a_file(tmp_path_factory, data):
     only_topology_errors(parse_file, path)
 
 
-XML_TOKENS = ["<experiment>", "</experiment>", "<services>", "</services>", "<service ",
-              "name='a' ", "image='i' ", "command='[1]' ", "/>", ">", "<bridges>",
-              "</bridges>", "<bridge name='s'/>", "<links>", "</links>", "<link ",
-              "origin='a' ", "dest='s' ", "latency='1' ", "upload='1Mbps' ", "drop='x' ",
-              "<dynamic>", "</dynamic>", "<schedule ", "time='1' ", "action='leave' ",
-              "amount='2' ", "&amp;", "&x;", "<!DOCTYPE x>", "\n", "<?xml version='1.0'?>"]
+XML_TOKENS = [
+    "<experiment>",
+    "</experiment>",
+    "<services>",
+    "</services>",
+    "<service ",
+    "name='a' ",
+    "image='i' ",
+    "command='[1]' ",
+    "/>",
+    ">",
+    "<bridges>",
+    "</bridges>",
+    "<bridge name='s'/>",
+    "<links>",
+    "</links>",
+    "<link ",
+    "origin='a' ",
+    "dest='s' ",
+    "latency='1' ",
+    "upload='1Mbps' ",
+    "drop='x' ",
+    "<dynamic>",
+    "</dynamic>",
+    "<schedule ",
+    "time='1' ",
+    "action='leave' ",
+    "amount='2' ",
+    "&amp;",
+    "&x;",
+    "<!DOCTYPE x>",
+    "\n",
+    "<?xml version='1.0'?>",
+]
 
 
 @FUZZ
@@ -96,7 +229,7 @@ def experiments(draw):
     names = NAMES[:count]
     services = draw(st.integers(1, count))
     service_names, bridge_names = names[:services], names[services:]
-    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
     chosen = draw(st.lists(st.sampled_from(pairs), unique=True, max_size=10)) if pairs else []
     links = []
     for a, b in chosen:
@@ -123,18 +256,24 @@ def experiments(draw):
     events = []
     for name in service_names:
         for at in draw(st.lists(st.integers(0, 100), max_size=3)):
-            events.append({"at": f"{at}s", "service": name, "action": "join",
-                           "amount": draw(st.integers(1, 3))})
+            events.append({"at": f"{at}s", "service": name, "action": "join", "amount": draw(st.integers(1, 3))})
     for link in links:
         if draw(st.booleans()):
             start = draw(st.integers(0, 50))
-            events.append({"at": f"{start}s", "link": [link["from"], link["to"]],
-                           "flap": {"every": "1s", "until": f"{start + draw(st.integers(1, 9))}s"}})
+            events.append(
+                {
+                    "at": f"{start}s",
+                    "link": [link["from"], link["to"]],
+                    "flap": {"every": "1s", "until": f"{start + draw(st.integers(1, 9))}s"},
+                }
+            )
     document = {
         "experiment": {"name": "fuzz", "seed": draw(st.integers(0, 2**32))},
-        "services": {name: {"command": ["run", name], "replicas": replicas[name]}
-                     for name in service_names},
-        "bridges": bridge_names, "links": links, "events": events}
+        "services": {name: {"command": ["run", name], "replicas": replicas[name]} for name in service_names},
+        "bridges": bridge_names,
+        "links": links,
+        "events": events,
+    }
     return document
 
 

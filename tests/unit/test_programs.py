@@ -61,46 +61,52 @@ def test_missing_programs_name_the_place_the_program_and_the_fix(tmp_path):
         Service("quiet", where=Where("x.yaml", 5)),
         Service("own", ("wl-client",), env={"PATH": str(tmp_path)}, where=Where("x.yaml", 6)),
         Service("rel", ("./run.sh",), workdir=str(tmp_path), where=Where("x.yaml", 7)),
-        Service("node", ("wl-node", "-b", "0.0.0.0:7000"), where=Where("x.yaml", 8)))
+        Service("node", ("wl-node", "-b", "0.0.0.0:7000"), where=Where("x.yaml", 8)),
+    )
     assert [str(p) for p in missing_programs(exp, unbuilt)] == [
-        f"x.yaml:4: service typo: program 'iperf33' is not on the instances' PATH "
-        f"(this host's PATH, then {unbuilt})",
+        f"x.yaml:4: service typo: program 'iperf33' is not on the instances' PATH (this host's PATH, then {unbuilt})",
         # An unbuilt checkout is one cause: one line, at the first service that needs the tools.
         f"x.yaml:6: services own, node: programs 'wl-client', 'wl-node' are not built (looked in the "
         f"service's env PATH, then {unbuilt}); fix: make -C workload-node",
-        f"x.yaml:7: service rel: program './run.sh' does not exist or is not executable "
-        f"(relative to {tmp_path})"]
+        f"x.yaml:7: service rel: program './run.sh' does not exist or is not executable (relative to {tmp_path})",
+    ]
     with pytest.raises(TopologyError) as raised:
         require_programs(exp)  # the real build: `own` finds its wl-client there
     assert raised.value.exit_code == 2 and [line.split(":")[1] for line in raised.value.lines()] == ["4", "7"]
     lone = experiment(Service("c", ("wl-client",), where=Where("x.yaml", 2)))
     assert [str(p) for p in missing_programs(lone, unbuilt)] == [
         f"x.yaml:2: service c: program 'wl-client' is not built (looked in this host's PATH, then {unbuilt}); "
-        f"fix: make -C workload-node"]
+        f"fix: make -C workload-node"
+    ]
 
 
 def test_the_built_tools_are_found_by_name():
     if not (workload_build_dir() / "wl-client").exists():
         pytest.fail(f"wl-client is not built in {workload_build_dir()}: make -C workload-node")
-    assert missing_programs(experiment(Service("c", ("wl-client", "--to", "s")),
-                                       Service("s", ("wl-node",)))) == []
+    assert missing_programs(experiment(Service("c", ("wl-client", "--to", "s")), Service("s", ("wl-node",)))) == []
 
 
 def test_an_image_of_its_own_that_runs_the_workload_tools_is_a_warning():
     exp = experiment(
         Service("a", ("wl-node", "-b", "0.0.0.0:7000"), image="alpine:3", where=Where("x.yaml", 3)),
-        Service("b", ("sh", "-c", "sleep 1; exec /opt/wl-client --to a && wl-node"), image="deb:12",
-                where=Where("x.yaml", 4)),
+        Service(
+            "b",
+            ("sh", "-c", "sleep 1; exec /opt/wl-client --to a && wl-node"),
+            image="deb:12",
+            where=Where("x.yaml", 4),
+        ),
         Service("c", ("wl-node",), image="collapsar/node:0.1.0", where=Where("x.yaml", 5)),
         Service("d", ("wl-node",), where=Where("x.yaml", 6)),
-        Service("e", ("echo", "my-wl-node-notes"), image="alpine:3", where=Where("x.yaml", 7)))
+        Service("e", ("echo", "my-wl-node-notes"), image="alpine:3", where=Where("x.yaml", 7)),
+    )
     assert [str(p) for p in image_warnings(exp)] == [
         "x.yaml:3: service a: its command runs wl-node, but in Compose and Swarm it runs in its own image "
         "(alpine:3), which may lack it; a service without `image` runs in collapsar/node, which has wl-node "
         "and wl-client",
         "x.yaml:4: service b: its command runs wl-client and wl-node, but in Compose and Swarm it runs in its "
         "own image (deb:12), which may lack them; a service without `image` runs in collapsar/node, which has "
-        "wl-node and wl-client"]
+        "wl-node and wl-client",
+    ]
 
 
 TOPOLOGY = """\
@@ -127,14 +133,18 @@ def test_validate_warns_and_exits_0_text_and_json(tmp_path):
         f"(this host's PATH, then {workload_build_dir()})",
         "p.yaml:5: warning: service box: its command runs wl-client, but in Compose and Swarm it runs in its "
         "own image (alpine:3), which may lack it; a service without `image` runs in collapsar/node, which has "
-        "wl-node and wl-client"]
-    as_json = subprocess.run([*CLI, "validate", "p.yaml", "--json"], capture_output=True, text=True,
-                             cwd=tmp_path, timeout=60)
+        "wl-node and wl-client",
+    ]
+    as_json = subprocess.run(
+        [*CLI, "validate", "p.yaml", "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
     assert (as_json.returncode, as_json.stderr) == (0, "")
     verdict = json.loads(as_json.stdout)
     assert verdict["ok"] is True and verdict["problems"] == []
     assert [(w["file"], w["line"], w["message"].split(":")[0]) for w in verdict["warnings"]] == [
-        ("p.yaml", 4, "service gone"), ("p.yaml", 5, "service box")]
+        ("p.yaml", 4, "service gone"),
+        ("p.yaml", 5, "service box"),
+    ]
     assert "program 'no-such-program-here' is not on the instances' PATH" in verdict["warnings"][0]["message"]
 
 
@@ -142,9 +152,16 @@ def test_a_dry_run_refuses_a_missing_program_in_one_line(tmp_path):
     """`collapsar run` checks programs before anything (even a plan) is made;
     the kernel tier runs the real thing as root."""
     (tmp_path / "p.yaml").write_text(TOPOLOGY.replace('image: "alpine:3", ', ""))
-    done = subprocess.run([*CLI, "run", "--dry-run", "p.yaml", "--run-dir", str(tmp_path / "runs")],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    done = subprocess.run(
+        [*CLI, "run", "--dry-run", "p.yaml", "--run-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == (f"p.yaml:4: service gone: program 'no-such-program-here' is not on the instances' "
-                           f"PATH (this host's PATH, then {workload_build_dir()})\n")
+    assert done.stderr == (
+        f"p.yaml:4: service gone: program 'no-such-program-here' is not on the instances' "
+        f"PATH (this host's PATH, then {workload_build_dir()})\n"
+    )
     assert not (tmp_path / "runs").exists()

@@ -32,19 +32,25 @@ def text_file(text, mode):
     def make(path):
         path.write_text(text)
         os.chmod(path, mode)
+
     return make
 
 
-@pytest.mark.parametrize("make,text", [
-    (text_file("ab" * 32, 0o644),
-     r"must be owned by uid \d+ and readable by its owner only \(it is uid \d+, mode 0644\)"),
-    (text_file("ab" * 31, 0o600), "expected 64 hex digits"),
-    (text_file("zz" * 32, 0o600), "expected 64 hex digits"),
-    (lambda p: p.mkdir(), "must be a regular file"),
-    (lambda p: os.mkfifo(p, 0o600), "must be a regular file"),
-    (lambda p: p.symlink_to(p.with_name("elsewhere")), r"cannot open the metadata key \(Too many levels"),
-    (lambda p: None, r"cannot open the metadata key \(No such file or directory\)"),
-])
+@pytest.mark.parametrize(
+    "make,text",
+    [
+        (
+            text_file("ab" * 32, 0o644),
+            r"must be owned by uid \d+ and readable by its owner only \(it is uid \d+, mode 0644\)",
+        ),
+        (text_file("ab" * 31, 0o600), "expected 64 hex digits"),
+        (text_file("zz" * 32, 0o600), "expected 64 hex digits"),
+        (lambda p: p.mkdir(), "must be a regular file"),
+        (lambda p: os.mkfifo(p, 0o600), "must be a regular file"),
+        (lambda p: p.symlink_to(p.with_name("elsewhere")), r"cannot open the metadata key \(Too many levels"),
+        (lambda p: None, r"cannot open the metadata key \(No such file or directory\)"),
+    ],
+)
 def test_unsafe_or_wrong_key_files_are_refused_in_one_line(tmp_path, make, text):
     path = tmp_path / "key"
     (tmp_path / "elsewhere").write_text("ab" * 32)

@@ -84,8 +84,9 @@ class Plant:
         # The expected sequences below are worked out for these two.
         settings = {"window_periods": 2, "saturated_ratio": 0.8, **settings}
         owned = self.instances if owned is None else owned
-        bus = MetadataBus(self.codec, {n: self.sender_ids[n] for n in owned}, wire,
-                          routes=Routes(self.timeline, self.instances))
+        bus = MetadataBus(
+            self.codec, {n: self.sender_ids[n] for n in owned}, wire, routes=Routes(self.timeline, self.instances)
+        )
         return ShareLoop(owned, self.cores, bus, netem=True, settings=ShareSettings(**settings))
 
     def run(self, loop, periods, owned=None):
@@ -109,8 +110,16 @@ def test_two_greedy_flows_split_the_bottleneck_then_the_survivor_takes_it_smooth
     # The stop shows in half the two-period window first (b at 2.5 of its 5:
     # no longer saturated, so a may have the rest), then b is inactive, and a
     # climbs half the way each period until within 2%, then lands on it.
-    assert [t[("a", "ra")] for t in trace] == [6_250_000, 8_125_000, 9_062_500, 9_531_250, 9_765_625,
-                                               10 * M, 10 * M, 10 * M]
+    assert [t[("a", "ra")] for t in trace] == [
+        6_250_000,
+        8_125_000,
+        9_062_500,
+        9_531_250,
+        9_765_625,
+        10 * M,
+        10 * M,
+        10 * M,
+    ]
     assert plant.cores["b"].overrides == {}  # stopped: back to its path
     assert plant.cores["a"].overrides == {}  # the whole link is its path's own rate
 
@@ -215,8 +224,7 @@ def test_two_managers_reach_the_shares_of_one():
         counters = plant.advance()
         for loop in (left, right):
             loop.tick(plant.now_ns, counters, plant.state())
-    assert {k: plant.rate(*k) for k in plant.wants} == {("a", "ra"): 4 * M, ("b", "rb"): 4 * M,
-                                                        ("c", "rc"): 2 * M}
+    assert {k: plant.rate(*k) for k in plant.wants} == {("a", "ra"): 4 * M, ("b", "rb"): 4 * M, ("c", "rc"): 2 * M}
     assert left.bus.inbox.dropped["own"] > 0 and left.bus.inbox.accepted > 0
 
 
@@ -259,8 +267,16 @@ def test_a_replaced_core_forgets_the_overrides_of_the_old_one():
     loop = plant.loop(increase_gain=1.0)
     plant.run(loop, 6)
     assert loop.applied[("a", "ra")].rate_bps == 5 * M
-    fresh = EmulationCore("a", "eth0", "ns2", {n: f"10.0.0.{i + 2}" for i, n in enumerate(plant.instances)},
-                          FakeTree, Shaping, netem=True, wire_overhead=True)
+    fresh = EmulationCore(
+        "a",
+        "eth0",
+        "ns2",
+        {n: f"10.0.0.{i + 2}" for i, n in enumerate(plant.instances)},
+        FakeTree,
+        Shaping,
+        netem=True,
+        wire_overhead=True,
+    )
     fresh.install(paths_from(plant.timeline.steps[0].state, "a", plant.instances))
     loop.own({**plant.cores, "a": fresh})
     assert ("a", "ra") not in loop.applied and ("b", "rb") in loop.applied
@@ -276,8 +292,9 @@ def test_a_silent_manager_expires_and_gives_its_capacity_back():
     loop = plant.loop(["a"], Wire(hub, "me"), increase_gain=1.0)
     # Another manager announces b's greedy flow once, then falls silent.
     b_path = plant.timeline.steps[0].state.path("b", "rb")
-    hub["queues"]["me"].append(plant.codec.encode(
-        Message(plant.sender_ids["b"], 1, (FlowReport(b_path.link_ids, 5 * M, saturated=True),))))
+    hub["queues"]["me"].append(
+        plant.codec.encode(Message(plant.sender_ids["b"], 1, (FlowReport(b_path.link_ids, 5 * M, saturated=True),)))
+    )
     trace = plant.run(loop, 14, owned={"a"})
     rates = [t[("a", "ra")] for t in trace]
     assert rates[1:11] == [5 * M] * 10  # heard at period 1; 12 periods of silence expire it

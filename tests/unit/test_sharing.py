@@ -18,43 +18,83 @@ def flow(fid, links, rtt_ms, demand=GREEDY, path=None):
 
 # (name, flows, link capacities, expected rates, expected link loss)
 CASES = [
-    ("rtt 10 and 20 ms on 30 Mbit/s",
-     [flow("a", [1], 10, 20 * M), flow("b", [1], 20, 10 * M)], {1: 30 * M},
-     {"a": 20 * M, "b": 10 * M}, {}),
-    ("equal rtt splits evenly",
-     [flow("a", [1], 10, 20 * M), flow("b", [1], 10, 20 * M), flow("c", [1], 10, 20 * M)], {1: 30 * M},
-     {"a": 10 * M, "b": 10 * M, "c": 10 * M}, {1: 0.5}),
-    ("1/RTT weights 4:2:1",
-     [flow("a", [1], 10), flow("b", [1], 20), flow("c", [1], 40)], {1: 35 * M},
-     {"a": 20 * M, "b": 10 * M, "c": 5 * M}, {1: 1 - 35 / 300}),
-    ("a client stops: the others take its share",
-     [flow("b", [1], 20), flow("c", [1], 40)], {1: 35 * M},
-     {"b": 23_333_333, "c": 11_666_667}, {1: 1 - 35 / 200}),
-    ("limited elsewhere: keeps its rate, the rest goes to the others",
-     [flow("a", [1, 2], 10, 4 * M), flow("b", [1], 10, 30 * M), flow("c", [1], 10, 30 * M)],
-     {1: 30 * M, 2: 4 * M},
-     {"a": 4 * M, "b": 13 * M, "c": 13 * M}, {1: 34 / 64}),
-    ("slower access link (path capacity) keeps its rate",
-     [flow("a", [1], 10, 6 * M, path=6 * M), flow("b", [1], 20, 30 * M), flow("c", [1], 20, 30 * M)],
-     {1: 30 * M},
-     {"a": 6 * M, "b": 12 * M, "c": 12 * M}, {1: 36 / 66}),
-    ("demand below its share: spare lent, own share kept to grow into",
-     [flow("a", [1], 10, 5 * M), flow("b", [1], 20, 25 * M)], {1: 30 * M},
-     {"a": 20 * M, "b": 25 * M}, {}),
-    ("three links in a chain",
-     [flow("f1", [1, 2, 3], 10), flow("f2", [1], 40), flow("f3", [2], 20), flow("f4", [3], 10)],
-     {1: 10 * M, 2: 20 * M, 3: 30 * M},
-     {"f1": 8 * M, "f2": 2 * M, "f3": 12 * M, "f4": 22 * M},
-     {1: 190 / 200, 2: 180 / 200, 3: 170 / 200}),
-    ("oversubscribed UDP senders: loss in proportion to the excess",
-     [flow("u1", [7], 10, 20 * M), flow("u2", [7], 10, 20 * M), flow("u3", [7], 10, 20 * M)], {7: 30 * M},
-     {"u1": 10 * M, "u2": 10 * M, "u3": 10 * M}, {7: 0.5}),
-    ("unlimited links and path: nothing limits the flow",
-     [flow("a", [1, 2], 10, 5 * M)], {1: None, 2: None},
-     {"a": None}, {}),
-    ("unlimited link inside a limited path",
-     [flow("a", [1, 2], 10, 50 * M), flow("b", [2], 30, 50 * M)], {1: None, 2: 40 * M},
-     {"a": 30 * M, "b": 10 * M}, {2: 60 / 100}),
+    (
+        "rtt 10 and 20 ms on 30 Mbit/s",
+        [flow("a", [1], 10, 20 * M), flow("b", [1], 20, 10 * M)],
+        {1: 30 * M},
+        {"a": 20 * M, "b": 10 * M},
+        {},
+    ),
+    (
+        "equal rtt splits evenly",
+        [flow("a", [1], 10, 20 * M), flow("b", [1], 10, 20 * M), flow("c", [1], 10, 20 * M)],
+        {1: 30 * M},
+        {"a": 10 * M, "b": 10 * M, "c": 10 * M},
+        {1: 0.5},
+    ),
+    (
+        "1/RTT weights 4:2:1",
+        [flow("a", [1], 10), flow("b", [1], 20), flow("c", [1], 40)],
+        {1: 35 * M},
+        {"a": 20 * M, "b": 10 * M, "c": 5 * M},
+        {1: 1 - 35 / 300},
+    ),
+    (
+        "a client stops: the others take its share",
+        [flow("b", [1], 20), flow("c", [1], 40)],
+        {1: 35 * M},
+        {"b": 23_333_333, "c": 11_666_667},
+        {1: 1 - 35 / 200},
+    ),
+    (
+        "limited elsewhere: keeps its rate, the rest goes to the others",
+        [flow("a", [1, 2], 10, 4 * M), flow("b", [1], 10, 30 * M), flow("c", [1], 10, 30 * M)],
+        {1: 30 * M, 2: 4 * M},
+        {"a": 4 * M, "b": 13 * M, "c": 13 * M},
+        {1: 34 / 64},
+    ),
+    (
+        "slower access link (path capacity) keeps its rate",
+        [flow("a", [1], 10, 6 * M, path=6 * M), flow("b", [1], 20, 30 * M), flow("c", [1], 20, 30 * M)],
+        {1: 30 * M},
+        {"a": 6 * M, "b": 12 * M, "c": 12 * M},
+        {1: 36 / 66},
+    ),
+    (
+        "demand below its share: spare lent, own share kept to grow into",
+        [flow("a", [1], 10, 5 * M), flow("b", [1], 20, 25 * M)],
+        {1: 30 * M},
+        {"a": 20 * M, "b": 25 * M},
+        {},
+    ),
+    (
+        "three links in a chain",
+        [flow("f1", [1, 2, 3], 10), flow("f2", [1], 40), flow("f3", [2], 20), flow("f4", [3], 10)],
+        {1: 10 * M, 2: 20 * M, 3: 30 * M},
+        {"f1": 8 * M, "f2": 2 * M, "f3": 12 * M, "f4": 22 * M},
+        {1: 190 / 200, 2: 180 / 200, 3: 170 / 200},
+    ),
+    (
+        "oversubscribed UDP senders: loss in proportion to the excess",
+        [flow("u1", [7], 10, 20 * M), flow("u2", [7], 10, 20 * M), flow("u3", [7], 10, 20 * M)],
+        {7: 30 * M},
+        {"u1": 10 * M, "u2": 10 * M, "u3": 10 * M},
+        {7: 0.5},
+    ),
+    (
+        "unlimited links and path: nothing limits the flow",
+        [flow("a", [1, 2], 10, 5 * M)],
+        {1: None, 2: None},
+        {"a": None},
+        {},
+    ),
+    (
+        "unlimited link inside a limited path",
+        [flow("a", [1, 2], 10, 50 * M), flow("b", [2], 30, 50 * M)],
+        {1: None, 2: 40 * M},
+        {"a": 30 * M, "b": 10 * M},
+        {2: 60 / 100},
+    ),
 ]
 
 
@@ -67,8 +107,10 @@ def test_table(name, flows, links, rates, loss):
 
 
 def test_flow_loss_compounds_over_oversubscribed_links():
-    result = share([flow("f1", [1, 2], 10, 40 * M), flow("f2", [1], 10, 40 * M), flow("f3", [2], 10, 10 * M)],
-                   {1: 40 * M, 2: 25 * M})
+    result = share(
+        [flow("f1", [1, 2], 10, 40 * M), flow("f2", [1], 10, 40 * M), flow("f3", [2], 10, 10 * M)],
+        {1: 40 * M, 2: 25 * M},
+    )
     # link 1: 80 offered on 40 -> 0.5; link 2: 50 offered on 25 -> 0.5.
     assert result.link_loss_ratio == pytest.approx({1: 0.5, 2: 0.5})
     assert result.flow_loss_ratio == pytest.approx({"f1": 0.75, "f2": 0.5, "f3": 0.5})
@@ -89,21 +131,25 @@ def test_no_flows():
     assert (result.rate_bps, result.link_loss_ratio, result.flow_loss_ratio) == ({}, {}, {})
 
 
-@pytest.mark.parametrize("flows,links,message", [
-    ([flow("a", [9], 10)], {1: M}, "flow 'a': link 9 has no entry"),
-    ([flow("a", [1], 10), flow("a", [1], 10)], {1: M}, "flow 'a': the same flow id appears twice"),
-    ([Flow("a", (1,), 0, None, M)], {1: M}, "flow 'a': rtt_us must be above zero, got 0"),
-    ([Flow("a", (1,), 10, None, -1)], {1: M}, "demand_bps must not be negative, got -1"),
-    ([Flow("a", (1,), 10, 0, 1)], {1: M}, "path_rate_bps must be above zero, got 0"),
-    ([flow("a", [1, 1], 10)], {1: M}, "one of them twice"),
-    ([flow("a", [1], 10)], {1: 0}, "link 1: capacity must be above zero, got 0 bps"),
-])
+@pytest.mark.parametrize(
+    "flows,links,message",
+    [
+        ([flow("a", [9], 10)], {1: M}, "flow 'a': link 9 has no entry"),
+        ([flow("a", [1], 10), flow("a", [1], 10)], {1: M}, "flow 'a': the same flow id appears twice"),
+        ([Flow("a", (1,), 0, None, M)], {1: M}, "flow 'a': rtt_us must be above zero, got 0"),
+        ([Flow("a", (1,), 10, None, -1)], {1: M}, "demand_bps must not be negative, got -1"),
+        ([Flow("a", (1,), 10, 0, 1)], {1: M}, "path_rate_bps must be above zero, got 0"),
+        ([flow("a", [1, 1], 10)], {1: M}, "one of them twice"),
+        ([flow("a", [1], 10)], {1: 0}, "link 1: capacity must be above zero, got 0 bps"),
+    ],
+)
 def test_rejects_bad_input(flows, links, message):
     with pytest.raises(SharingInputError, match=message):
         share(flows, links)
 
 
 # ---- invariants on random instances ------------------------------------------
+
 
 @st.composite
 def instances(draw):
@@ -112,9 +158,15 @@ def instances(draw):
     flows = []
     for i in range(draw(st.integers(1, 12))):
         path = draw(st.lists(st.integers(0, n_links - 1), min_size=1, max_size=n_links, unique=True))
-        flows.append(Flow(i, tuple(path), draw(st.integers(1, 400)) * 1000,
-                          draw(st.sampled_from([None, 2 * M, 20 * M])),
-                          draw(st.integers(0, 120)) * M))
+        flows.append(
+            Flow(
+                i,
+                tuple(path),
+                draw(st.integers(1, 400)) * 1000,
+                draw(st.sampled_from([None, 2 * M, 20 * M])),
+                draw(st.integers(0, 120)) * M,
+            )
+        )
     return flows, links
 
 
@@ -137,22 +189,37 @@ def test_weighted_max_min_invariants(instance):
         limit = min(f.demand_bps, f.path_rate_bps or inf)
         if got[f.flow_id] >= limit - 1:
             continue
+
         # Not at its own limit: some full link must be its bottleneck, where no
         # other flow has a larger share per unit of weight (1/RTT); rounding
         # rates to whole bps moves got * rtt by up to rtt / 2 per flow.
         def per_weight(g):
             return got[g.flow_id] * g.rtt_us
-        bottlenecks = [link for link in f.link_ids if links[link] is not None
-                       and load[link] >= links[link] - len(flows)
-                       and all(per_weight(g) <= per_weight(f) * (1 + 1e-6) + g.rtt_us + f.rtt_us
-                               for g in flows if link in g.link_ids)]
+
+        bottlenecks = [
+            link
+            for link in f.link_ids
+            if links[link] is not None
+            and load[link] >= links[link] - len(flows)
+            and all(
+                per_weight(g) <= per_weight(f) * (1 + 1e-6) + g.rtt_us + f.rtt_us for g in flows if link in g.link_ids
+            )
+        ]
         assert bottlenecks, f"flow {f.flow_id} gets {got[f.flow_id]} below {limit} without a bottleneck"
 
 
 def test_order_of_flows_does_not_matter():
     rng = random.Random(7)
-    flows = [Flow(i, tuple(rng.sample(range(20), rng.randint(1, 4))), rng.randint(1, 200) * 1000,
-                  rng.choice([None, 10 * M]), rng.randint(0, 50) * M) for i in range(200)]
+    flows = [
+        Flow(
+            i,
+            tuple(rng.sample(range(20), rng.randint(1, 4))),
+            rng.randint(1, 200) * 1000,
+            rng.choice([None, 10 * M]),
+            rng.randint(0, 50) * M,
+        )
+        for i in range(200)
+    ]
     links = {i: rng.choice([None, 20 * M, 100 * M]) for i in range(20)}
     expected = share(flows, links)
     rng.shuffle(flows)
@@ -162,6 +229,7 @@ def test_order_of_flows_does_not_matter():
 
 
 # ---- congestion loss charged to the flows above their share ----------------------
+
 
 def test_congestion_loss_spares_a_flow_within_its_share():
     flows = [flow("u1", [7], 10), flow("u2", [7], 10), flow("t", [7], 10)]

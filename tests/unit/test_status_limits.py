@@ -77,8 +77,10 @@ def test_a_body_that_trickles_times_out_and_frees_its_thread(board):
     srv = limited(board, Limits(request_s=0.5), control=control)
     try:
         sock = socket.create_connection(("127.0.0.1", srv.port))
-        sock.sendall(b"POST /control/stop HTTP/1.0\r\nHost: 127.0.0.1\r\n"
-                     b"Authorization: Bearer tok\r\nContent-Length: 100\r\n\r\n")
+        sock.sendall(
+            b"POST /control/stop HTTP/1.0\r\nHost: 127.0.0.1\r\n"
+            b"Authorization: Bearer tok\r\nContent-Length: 100\r\n\r\n"
+        )
         started, answer = time.monotonic(), b""
         sock.settimeout(0.1)
         while not answer and time.monotonic() - started < 5:
@@ -145,8 +147,9 @@ def test_over_the_stream_cap_a_503(board):
         first = urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/stream", timeout=5)
         status, head, body = request(srv, "GET", "/stream")
         assert status == 503 and head["Retry-After"] == "5"
-        assert json.loads(body)["error"] == ("every one of this API's 1 streams is taken; poll "
-                                             "/status, or try again later")
+        assert json.loads(body)["error"] == (
+            "every one of this API's 1 streams is taken; poll /status, or try again later"
+        )
         assert metric(srv, "collapsar_status_streams") == 1
         assert metric(srv, 'collapsar_status_rejected_total{reason="streams"}') == 1
         first.close()
@@ -175,15 +178,14 @@ def test_streams_hold_no_request_thread(board):
 
         def t_us_of(reply):
             lines = [reply.readline() for _ in range(3)]
-            return json.loads(lines[1][len(b"data: "):])["t_us"]
+            return json.loads(lines[1][len(b"data: ") :])["t_us"]
 
         assert [t_us_of(reply) for reply in replies] == [1500000] * 5  # the current one
         board.publish({**SNAPSHOT, "t_us": 1550000})
         assert [t_us_of(reply) for reply in replies] == [1550000] * 5  # then each new one
         for reply in replies:
             reply.close()
-        assert wait_for(lambda: "collapsar_status_streams 0" in request(srv, "GET", "/metrics")[2]
-                        .decode())
+        assert wait_for(lambda: "collapsar_status_streams 0" in request(srv, "GET", "/metrics")[2].decode())
     finally:
         srv.stop()
 
@@ -227,8 +229,9 @@ def test_a_stream_that_stops_reading_is_dropped(board):
         sock.connect(("127.0.0.1", srv.port))
         sock.sendall(b"GET /stream HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
         big = {**SNAPSHOT, "padding": "x" * 1_000_000}
-        assert wait_for(lambda: board.publish(dict(big)) or metric(
-            srv, 'collapsar_status_timeouts_total{phase="write"}') == 1, 20)
+        assert wait_for(
+            lambda: board.publish(dict(big)) or metric(srv, 'collapsar_status_timeouts_total{phase="write"}') == 1, 20
+        )
         assert wait_for(lambda: metric(srv, "collapsar_status_streams") == 0)
         sock.close()
     finally:
@@ -252,18 +255,21 @@ def test_a_handler_that_raises_answers_500_and_the_server_goes_on(tmp_path, caps
     srv = limited(board, Limits(), control=RunControl("tok", stop=stop), error_log=log)
     try:
         for method, route in (("GET", "/paths"), ("POST", "/control/stop")):
-            status, head, body = request(srv, method, route, b"" if method == "POST" else None,
-                                         {"Authorization": "Bearer tok"})
+            status, head, body = request(
+                srv, method, route, b"" if method == "POST" else None, {"Authorization": "Bearer tok"}
+            )
             assert status == 500 and head["Content-Type"] == "application/json"
-            assert json.loads(body) == {"error": "internal error of the status API; the traceback "
-                                                 "is in the manager's log"}
+            assert json.loads(body) == {
+                "error": "internal error of the status API; the traceback is in the manager's log"
+            }
         assert request(srv, "GET", "/status")[0] == 200
         assert metric(srv, "collapsar_status_errors_total") == 2
         text = log.read_text()
         assert "GET /paths failed" in text and "Boom: secret detail" in text
         assert "POST /control/stop failed" in text and "RuntimeError: stop failed" in text
-        assert capsys.readouterr().err == (f"warning: status API: GET /paths failed; tracebacks in "
-                                           f"{log}\n")  # once, not per failure
+        assert capsys.readouterr().err == (
+            f"warning: status API: GET /paths failed; tracebacks in {log}\n"
+        )  # once, not per failure
     finally:
         board.close()
         srv.stop()
@@ -313,8 +319,7 @@ def test_paths_are_built_once_per_version():
     srv = limited(board, Limits())
     try:
         answers = []
-        threads = [threading.Thread(target=lambda: answers.append(get(srv, "/paths")[1]))
-                   for _ in range(8)]
+        threads = [threading.Thread(target=lambda: answers.append(get(srv, "/paths")[1])) for _ in range(8)]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -333,7 +338,15 @@ def test_paths_rows_from_a_copy():
     ab = Path("a", "b", delay_us=0, jitter_us=0, loss_ratio=0.0, rate_bps=10_000_000, link_ids=())
     rows = paths_rows([("a", {"c": None, "b": ab}, set()), ("b", {"a": ab}, {"a"})])
     assert rows == [
-        {"src": "a", "dst": "b", "cut": False, "delay_us": 0, "jitter_us": 0, "loss_ratio": 0.0,
-         "rate_bps": 10_000_000},
+        {
+            "src": "a",
+            "dst": "b",
+            "cut": False,
+            "delay_us": 0,
+            "jitter_us": 0,
+            "loss_ratio": 0.0,
+            "rate_bps": 10_000_000,
+        },
         {"src": "a", "dst": "c", "cut": True},
-        {"src": "b", "dst": "a", "cut": True}]
+        {"src": "b", "dst": "a", "cut": True},
+    ]

@@ -123,15 +123,17 @@ def test_u32_layout_hashes_last_two_octets_and_chains_collisions():
 
 
 def test_plan_assigns_classes_leaves_and_describes_them():
-    plan = plan_tree([Shaping("10.0.1.2", 10_000_000, 10_000, 1_000, "pareto", 0.001),
-                      Shaping("10.0.1.3", None)])
+    plan = plan_tree([Shaping("10.0.1.2", 10_000_000, 10_000, 1_000, "pareto", 0.001), Shaping("10.0.1.3", None)])
     assert [d.classid for d in plan.dests] == [0x10010, 0x10011]
     assert [d.leaf_handle for d in plan.dests] == [0x100000, 0x110000]
     assert plan.dests[0].leaf == LeafParams("netem", 1018, 10_000, 1_000, "pareto", 0.001)
     lines = plan.describe()
     assert lines[0] == "qdisc 1: root htb default 1:1 (wire overhead on, mtu 1500)"
-    assert any(line.startswith("class 1:10 -> 10.0.1.2: rate=ceil 10Mbps (1230494 B/s), burst=cburst 24610 B") and
-               "netem delay 10ms jitter 1ms pareto loss 0.001 limit 1018" in line for line in lines)
+    assert any(
+        line.startswith("class 1:10 -> 10.0.1.2: rate=ceil 10Mbps (1230494 B/s), burst=cburst 24610 B")
+        and "netem delay 10ms jitter 1ms pareto loss 0.001 limit 1018" in line
+        for line in lines
+    )
     assert "  filter u32 ht 1: bucket 1 -> ht 101: bucket 3 node 1: dst 10.0.1.3/32 -> 1:11" in lines
 
 
@@ -145,14 +147,17 @@ def test_without_netem_the_leaf_is_a_pfifo_and_delay_is_rejected():
         leaf_params(Shaping("10.0.1.2", None, loss_ratio=0.5), netem=False)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(dst_ip="10.0.0", rate_bps=1), "expected an IPv4 address"),
-    (dict(dst_ip="10.0.0.1", rate_bps=4), "rate_bps must be an integer >= 8"),
-    (dict(dst_ip="10.0.0.1", rate_bps=None, jitter_us=5), "jitter needs a delay"),
-    (dict(dst_ip="10.0.0.1", rate_bps=None, delay_us=5, distribution="gauss"), "distribution must be one of"),
-    (dict(dst_ip="10.0.0.1", rate_bps=None, loss_ratio=1.5), r"loss_ratio must lie in \[0, 1\]"),
-    (dict(dst_ip="10.0.0.1", rate_bps=None, delay_us=-1), "delay_us must be an integer >= 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(dst_ip="10.0.0", rate_bps=1), "expected an IPv4 address"),
+        (dict(dst_ip="10.0.0.1", rate_bps=4), "rate_bps must be an integer >= 8"),
+        (dict(dst_ip="10.0.0.1", rate_bps=None, jitter_us=5), "jitter needs a delay"),
+        (dict(dst_ip="10.0.0.1", rate_bps=None, delay_us=5, distribution="gauss"), "distribution must be one of"),
+        (dict(dst_ip="10.0.0.1", rate_bps=None, loss_ratio=1.5), r"loss_ratio must lie in \[0, 1\]"),
+        (dict(dst_ip="10.0.0.1", rate_bps=None, delay_us=-1), "delay_us must be an integer >= 0"),
+    ],
+)
 def test_bad_shapings_are_rejected(kwargs, message):
     with pytest.raises(CollapsarError, match=message):
         Shaping(**kwargs)

@@ -93,8 +93,12 @@ def test_the_lead_grows_to_twice_a_slow_preparation_and_shrinks_back():
 
 def test_run_measures_preparation_from_the_planned_wake():
     now = [0]
-    scheduler = Scheduler([(100_000, "e", lambda: now.__setitem__(0, now[0] + 50_000_000))],
-                          clock_ns=lambda: now[0], prepare_ahead_ns=20_000_000, realtime=False)
+    scheduler = Scheduler(
+        [(100_000, "e", lambda: now.__setitem__(0, now[0] + 50_000_000))],
+        clock_ns=lambda: now[0],
+        prepare_ahead_ns=20_000_000,
+        realtime=False,
+    )
     now[0] = 200_000_000  # woke 120 ms after the planned wake (80 ms): late host
     scheduler.run(0)
     # planned wake 80 ms; preparation ended at 250 ms (after the callback's 50 ms)

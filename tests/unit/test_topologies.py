@@ -50,8 +50,7 @@ def test_every_topology_validates_and_collapses(path, capsys):
 def _demo(at_s):
     timeline = build_timeline(parse_file(TOPOLOGIES / "demo.yaml"))
     state = timeline.state_at(at_s * 1_000_000)
-    return {(p.src, p.dst): (p.delay_us, p.jitter_us, p.loss_ratio, p.rate_bps, p.link_ids)
-            for p in state.paths()}
+    return {(p.src, p.dst): (p.delay_us, p.jitter_us, p.loss_ratio, p.rate_bps, p.link_ids) for p in state.paths()}
 
 
 def test_demo_at_start():
@@ -73,10 +72,18 @@ def test_demo_over_time():
 def test_demo_changed_pairs():
     steps = build_timeline(parse_file(TOPOLOGIES / "demo.yaml")).steps
     assert [step.at_us for step in steps] == [0, 10_000_000, 20_000_000, 25_000_000]
-    assert set(steps[1].changed) == {("client", "server"), ("client-2", "server"),
-                                     ("server", "client"), ("server", "client-2")}
-    assert set(steps[2].changed) == {("client-2", "server"), ("server", "client-2"),
-                                     ("client", "client-2"), ("client-2", "client")}
+    assert set(steps[1].changed) == {
+        ("client", "server"),
+        ("client-2", "server"),
+        ("server", "client"),
+        ("server", "client-2"),
+    }
+    assert set(steps[2].changed) == {
+        ("client-2", "server"),
+        ("server", "client-2"),
+        ("client", "client-2"),
+        ("client-2", "client"),
+    }
     assert set(steps[3].changed) == {("client", "server"), ("server", "client")}
 
 
@@ -85,10 +92,27 @@ def test_collapse_command_json(capsys):
     assert main(["collapse", demo, "--json", "--at", "10s", "--from", "client"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows == [
-        {"src": "client", "dst": "server", "latency_ms": 43.0, "jitter_ms": 2.0, "loss": 0.0001,
-         "bandwidth_bps": 5_000_000, "links": [0, 4, 6], "distribution": "normal"},
-        {"src": "client", "dst": "client-2", "latency_ms": 4.0, "jitter_ms": 0.0, "loss": 0.0,
-         "bandwidth_bps": 50_000_000, "links": [0, 3], "distribution": "normal"}]
+        {
+            "src": "client",
+            "dst": "server",
+            "latency_ms": 43.0,
+            "jitter_ms": 2.0,
+            "loss": 0.0001,
+            "bandwidth_bps": 5_000_000,
+            "links": [0, 4, 6],
+            "distribution": "normal",
+        },
+        {
+            "src": "client",
+            "dst": "client-2",
+            "latency_ms": 4.0,
+            "jitter_ms": 0.0,
+            "loss": 0.0,
+            "bandwidth_bps": 50_000_000,
+            "links": [0, 3],
+            "distribution": "normal",
+        },
+    ]
 
 
 def test_collapse_command_table_and_errors(capsys):

@@ -41,18 +41,33 @@ def test_the_table(run_dir, capsys):
     assert main(["trace", str(run_dir)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["CLIENT", "REQUESTS", "OK", "ERROR", "TIMEOUT", "P50", "P90", "P99", "P99.9", "MAX"]
-    assert out[1].split() == ["client", "3", "3", "0", "0", "34.900", "ms", "35.900", "ms", "35.900", "ms",
-                              "35.900", "ms", "35.900", "ms"]
+    assert out[1].split() == [
+        "client",
+        "3",
+        "3",
+        "0",
+        "0",
+        "34.900",
+        "ms",
+        "35.900",
+        "ms",
+        "35.900",
+        "ms",
+        "35.900",
+        "ms",
+        "35.900",
+        "ms",
+    ]
     assert out[3] == "client, whole run: 3 requests (3 ok), p50 34.900 ms, p99 35.900 ms"
-    assert out[5].split() == ["network", "client", "->", "front", "21.500", "ms", "20.000", "ms", "21.500", "ms",
-                              "3"]
+    assert out[5].split() == ["network", "client", "->", "front", "21.500", "ms", "20.000", "ms", "21.500", "ms", "3"]
     assert out[-1].startswith("21 spans, 3 requests; percentiles nearest-rank over ok requests")
 
 
 def test_a_missing_run_directory(tmp_path, capsys):
     line = one_error(["trace", str(tmp_path / "nope")], capsys)
-    assert line == (f"collapsar: {tmp_path / 'nope'}: does not exist; expected a run directory "
-                    f"(collapsar run prints it)")
+    assert line == (
+        f"collapsar: {tmp_path / 'nope'}: does not exist; expected a run directory (collapsar run prints it)"
+    )
 
 
 def test_a_file_instead_of_a_directory(tmp_path, capsys):
@@ -64,7 +79,8 @@ def test_a_run_without_spans(tmp_path, capsys):
     (tmp_path / "workload").mkdir()
     assert one_error(["trace", str(tmp_path)], capsys) == (
         f"collapsar: {tmp_path}: no spans (workload/*.spans.jsonl or *.spans.jsonl); expected the run directory "
-        f"of a run whose wl-node and wl-client instances traced, or their trace directory")
+        f"of a run whose wl-node and wl-client instances traced, or their trace directory"
+    )
 
 
 def test_a_trace_directory_of_span_files_alone(run_dir, capsys):
@@ -86,17 +102,42 @@ def test_a_line_that_is_not_json(run_dir, capsys):
     path.write_text(lines[0] + "{not json\n" + "".join(lines[1:]))
     line = one_error(["trace", str(run_dir)], capsys)
     assert line.startswith(f"{path}:2: not JSON (") and line.endswith(
-        "expected one OTLP/JSON ExportTraceServiceRequest per line")
+        "expected one OTLP/JSON ExportTraceServiceRequest per line"
+    )
 
 
-@pytest.mark.parametrize("bad, what", [
-    ({"spans": []}, "missing 'resourceSpans'"),
-    ({"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "serve", "traceId": "ab", "spanId": "cd"}]}]}]},
-     "missing 'startTimeUnixNano'"),
-    ({"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "serve", "traceId": "ab", "spanId": "cd",
-                                                    "startTimeUnixNano": "soon", "endTimeUnixNano": "1"}]}]}]},
-     "invalid literal for int() with base 10: 'soon'"),
-])
+@pytest.mark.parametrize(
+    "bad, what",
+    [
+        ({"spans": []}, "missing 'resourceSpans'"),
+        (
+            {"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "serve", "traceId": "ab", "spanId": "cd"}]}]}]},
+            "missing 'startTimeUnixNano'",
+        ),
+        (
+            {
+                "resourceSpans": [
+                    {
+                        "scopeSpans": [
+                            {
+                                "spans": [
+                                    {
+                                        "name": "serve",
+                                        "traceId": "ab",
+                                        "spanId": "cd",
+                                        "startTimeUnixNano": "soon",
+                                        "endTimeUnixNano": "1",
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                ]
+            },
+            "invalid literal for int() with base 10: 'soon'",
+        ),
+    ],
+)
 def test_a_line_that_is_not_the_span_format(run_dir, capsys, bad, what):
     path = run_dir / "workload" / "db.spans.jsonl"
     with path.open("a") as handle:
@@ -121,15 +162,18 @@ def test_spans_without_a_client(tmp_path, capsys):
     (tmp_path / "workload" / "client.spans.jsonl").unlink()
     assert one_error(["trace", str(tmp_path)], capsys) == (
         f"collapsar: {tmp_path}: 6 spans but no client 'request' span; expected the spans of a run with "
-        f"wl-client instances")
+        f"wl-client instances"
+    )
 
 
 def test_a_bad_t0_and_a_bad_experiment(run_dir, capsys):
     (run_dir / "t0").write_text("yesterday\n")
     assert one_error(["trace", str(run_dir)], capsys) == (
-        f"collapsar: {run_dir / 't0'}: expected the unix time of t=0 in seconds, like 1700000000.123456")
+        f"collapsar: {run_dir / 't0'}: expected the unix time of t=0 in seconds, like 1700000000.123456"
+    )
     (run_dir / "t0").write_text("1700000000.5\n")
     (run_dir / "experiment.yaml").write_text(EXPERIMENT.replace("10ms", "ten"))
     assert one_error(["trace", str(run_dir)], capsys) == (
         f"{run_dir / 'experiment.yaml'}:7: link client -> front: latency: expected a duration like 10ms, 250us "
-        f"or 1.5s, got 'ten'")
+        f"or 1.5s, got 'ten'"
+    )

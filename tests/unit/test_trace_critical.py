@@ -43,8 +43,13 @@ def test_a_chain_is_cut_into_network_per_hop_compute_and_wait(tmp_path):
     assert paths.requests.complete.tolist() == [True]
     assert paths.requests.duration.tolist() == [34_450_000]
     assert parts_of(spans, paths) == {
-        ("network", "client", "front"): 20.5, ("wait", "front", None): 0.55, ("compute", "front", None): 2.0,
-        ("network", "front", "db"): 10.3, ("compute", "db", None): 1.0, ("wait", "db", None): 0.1}
+        ("network", "client", "front"): 20.5,
+        ("wait", "front", None): 0.55,
+        ("compute", "front", None): 2.0,
+        ("network", "front", "db"): 10.3,
+        ("compute", "db", None): 1.0,
+        ("wait", "db", None): 0.1,
+    }
     queue = paths.parts.ns[(paths.parts.cause == 1)]
     assert sorted(queue.tolist()) == [0, 250_000]  # front's reported queueing; db's none
     assert_parts_add_up(paths)
@@ -57,9 +62,14 @@ def test_a_replys_wait_for_its_reader_moves_from_the_hop_to_the_sender(tmp_path)
     spans, paths = analyse(files.close())
     assert total == pytest.approx(34.45) and paths.requests.duration.tolist() == [34_450_000]
     assert parts_of(spans, paths) == {
-        ("network", "client", "front"): 20.2, ("wait", "front", None): 0.55 + 1.2,
-        ("compute", "front", None): 2.0, ("network", "front", "db"): 9.1, ("compute", "db", None): 1.0,
-        ("wait", "db", None): 0.1, ("wait", "client", None): 0.3}
+        ("network", "client", "front"): 20.2,
+        ("wait", "front", None): 0.55 + 1.2,
+        ("compute", "front", None): 2.0,
+        ("network", "front", "db"): 9.1,
+        ("compute", "db", None): 1.0,
+        ("wait", "db", None): 0.1,
+        ("wait", "client", None): 0.3,
+    }
     p = paths.parts
     replies = {spans.instances[w]: ns for w, ns in zip(p.where[p.cause == REPLY_WAIT], p.ns[p.cause == REPLY_WAIT])}
     assert replies == {"client": 300_000, "front": 1_200_000} and CAUSES[REPLY_WAIT] == "reply"
@@ -95,15 +105,20 @@ def test_fan_out_follows_the_reply_that_completed_the_quorum(tmp_path):
     fwd = files.forward("front", s1, 11, 18, ["db:7891", "db-2:7891", "db-3:7891"], nack=2)
     # Replies in the order db (first), db-2 (second: completes the quorum of 2),
     # db-3 abandoned when the forward settled.
-    for target, start, dur, status, serve_ms in (("db", 11.1, 6, "ok", 1.0), ("db-2", 11.2, 16.0, "ok", 4.0),
-                                                 ("db-3", 11.3, 17.4, "abandoned", 2.0)):
+    for target, start, dur, status, serve_ms in (
+        ("db", 11.1, 6, "ok", 1.0),
+        ("db-2", 11.2, 16.0, "ok", 4.0),
+        ("db-3", 11.3, 17.4, "abandoned", 2.0),
+    ):
         send = files.send("front", fwd, start, dur, target, status=status)
         files.serve(target, send, start + 1, serve_ms)
     spans, paths = analyse(files.close())
     assert parts_of(spans, paths) == {
         ("network", "client", "front"): 20.0,
         ("wait", "front", None): 2.0 + 2.0,  # serve outside the forward, forward beyond its critical send
-        ("network", "front", "db-2"): 12.0, ("wait", "db-2", None): 4.0}
+        ("network", "front", "db-2"): 12.0,
+        ("wait", "db-2", None): 4.0,
+    }
     assert_parts_add_up(paths)
 
 
@@ -151,7 +166,11 @@ def test_failed_requests_are_kept_with_their_status_and_missing_spans_mark_incom
     spans, paths = analyse(files.close())
     r = paths.requests
     assert [(s, c) for s, c in zip(r.status.tolist(), r.complete.tolist())] == [
-        (0, True), (2, False), (1, True), (0, False)]
+        (0, True),
+        (2, False),
+        (1, True),
+        (0, False),
+    ]
     assert_parts_add_up(paths)
 
 
@@ -171,8 +190,11 @@ def test_storage_ops_are_storage(tmp_path):
     files.storage("front", serve, "load", 10.5, 3)
     files.storage("front", serve, "store", 13.5, 6)
     spans, paths = analyse(files.close())
-    assert parts_of(spans, paths) == {("network", "client", "front"): 20.0, ("storage", "front", None): 9.0,
-                                      ("wait", "front", None): 1.0}
+    assert parts_of(spans, paths) == {
+        ("network", "client", "front"): 20.0,
+        ("storage", "front", None): 9.0,
+        ("wait", "front", None): 1.0,
+    }
 
 
 def test_nested_forwards_and_several_clients(tmp_path):
@@ -191,6 +213,9 @@ def test_nested_forwards_and_several_clients(tmp_path):
     for request, code in enumerate(paths.requests.client):
         client = spans.instances[code]
         assert parts_of(spans, paths, request) == {
-            (("network", client, "front")): 10.0, ("network", "front", "mid"): 4.0,
-            ("network", "mid", "db"): 6.0, ("wait", "db", None): 20.0}
+            (("network", client, "front")): 10.0,
+            ("network", "front", "mid"): 4.0,
+            ("network", "mid", "db"): 6.0,
+            ("wait", "db", None): 20.0,
+        }
     assert_parts_add_up(paths)

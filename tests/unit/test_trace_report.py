@@ -29,12 +29,17 @@ events:
   - {at: 15s, link: [client, front], set: {bandwidth: 5Mbps}}
 """
 # Steps as the run applied them: the event log's times, 0.4 ms late.
-EVENTS = [{"index": 0, "label": "link other -- s1 set", "scheduled_us": 5_000_000, "applied_us": 5_000_400,
-           "adhoc": False},
-          {"index": 1, "label": "link s1 -- db set", "scheduled_us": 10_000_000, "applied_us": 10_000_400,
-           "adhoc": False},
-          {"index": 2, "label": "link client -- front set", "scheduled_us": 15_000_000,
-           "applied_us": 15_000_400, "adhoc": False}]
+EVENTS = [
+    {"index": 0, "label": "link other -- s1 set", "scheduled_us": 5_000_000, "applied_us": 5_000_400, "adhoc": False},
+    {"index": 1, "label": "link s1 -- db set", "scheduled_us": 10_000_000, "applied_us": 10_000_400, "adhoc": False},
+    {
+        "index": 2,
+        "label": "link client -- front set",
+        "scheduled_us": 15_000_000,
+        "applied_us": 15_000_400,
+        "adhoc": False,
+    },
+]
 
 
 def trace_json(run_dir, capsys) -> dict:
@@ -58,8 +63,15 @@ def event_run(tmp_path):
     files = RunFiles(tmp_path)
     for i in range(400):
         at = i * 50.0 + 1
-        chain(files, at, rtt1_ms=20.6, rtt2_ms=10.4 if at < 10_000.4 else 30.4, compute1_ms=2.0,
-              compute2_ms=1.0, queue1_us=100 if i % 2 else 0)
+        chain(
+            files,
+            at,
+            rtt1_ms=20.6,
+            rtt2_ms=10.4 if at < 10_000.4 else 30.4,
+            compute1_ms=2.0,
+            compute2_ms=1.0,
+            queue1_us=100 if i % 2 else 0,
+        )
     return files.close(EXPERIMENT, EVENTS)
 
 
@@ -69,7 +81,10 @@ def test_configured_rtt_changes_at_the_applied_time_of_the_event(event_run, caps
     # The event on other's link changes none of this client's paths: no cut at 5 s;
     # a new rate on client -- front cuts at 15 s, its RTT the same.
     assert [(s["from_s"], s["until_s"], s["count"]) for s in client["segments"]] == [
-        (0.0, 10.0004, 200), (10.0004, 15.0004, 100), (15.0004, None, 100)]
+        (0.0, 10.0004, 200),
+        (10.0004, 15.0004, 100),
+        (15.0004, None, 100),
+    ]
     assert entries(summary, 15.0004)[("network", ("client", "front"))]["expected_ms"] == 20.0
     before, after = entries(summary, 0.0), entries(summary, 10.0004)
     assert before[("network", ("client", "front"))]["expected_ms"] == 20.0
@@ -88,8 +103,15 @@ def test_breakdown_medians_means_expectations_and_waits(event_run, capsys):
     before = entries(summary, 0.0)
     # In path order (queueing on front comes before its compute; the client's
     # wait to read the reply, none here, last).
-    assert list(before) == [("network", ("client", "front")), ("wait", "front"), ("compute", "front"),
-                            ("network", ("front", "db")), ("compute", "db"), ("wait", "db"), ("wait", "client")]
+    assert list(before) == [
+        ("network", ("client", "front")),
+        ("wait", "front"),
+        ("compute", "front"),
+        ("network", ("front", "db")),
+        ("compute", "db"),
+        ("wait", "db"),
+        ("wait", "client"),
+    ]
     assert (before[("wait", "client")]["median_ms"], before[("wait", "client")]["count"]) == (0.0, 200)
     compute = before[("compute", "front")]
     assert (compute["median_ms"], compute["expected_ms"], compute["count"]) == (2.0, 2.0, 200)
@@ -109,7 +131,10 @@ def test_json_shape(event_run, capsys):
     (client,) = summary["clients"]
     assert {"instance", "count", "p50_ms", "p90_ms", "p99_ms", "p99_9_ms", "by_status"} <= set(client)
     assert (client["instance"], client["count"], client["by_status"]) == (
-        "client", 400, {"ok": 400, "error": 0, "timeout": 0})
+        "client",
+        400,
+        {"ok": 400, "error": 0, "timeout": 0},
+    )
     for b in summary["breakdown"]:
         assert b["kind"] in ("network", "compute", "storage", "wait")
         assert ({"from", "to"} <= set(b)) == (b["kind"] == "network") != ("instance" in b)
@@ -129,7 +154,12 @@ def test_percentiles_are_nearest_rank_over_ok_requests(tmp_path, capsys):
     assert client["by_status"] == {"ok": 1000, "error": 1, "timeout": 2}
     assert client["count"] == 1003
     assert [client[k] for k in ("p50_ms", "p90_ms", "p99_ms", "p99_9_ms", "max_ms")] == [
-        500.0, 900.0, 990.0, 999.0, 1000.0]
+        500.0,
+        900.0,
+        990.0,
+        999.0,
+        1000.0,
+    ]
     # Failed requests stay out of the breakdown, and so out of its counts.
     (network, wait, reading) = summary["breakdown"]
     assert network["count"] == wait["count"] == reading["count"] == 1000 and network["median_ms"] == 500.0
@@ -163,16 +193,22 @@ def test_an_ad_hoc_change_ends_the_configured_rtts(tmp_path, capsys):
     files = RunFiles(tmp_path)
     for i in range(20):
         chain(files, i * 1000.0 + 1)
-    adhoc = {"index": 2, "label": "ad-hoc: link front -- s1 set", "scheduled_us": 12_000_000,
-             "applied_us": 12_000_100, "adhoc": True}
+    adhoc = {
+        "index": 2,
+        "label": "ad-hoc: link front -- s1 set",
+        "scheduled_us": 12_000_000,
+        "applied_us": 12_000_100,
+        "adhoc": True,
+    }
     summary = trace_json(files.close(EXPERIMENT, EVENTS + [adhoc]), capsys)
     segments = summary["clients"][0]["segments"]
     assert [(s["from_s"], s["until_s"]) for s in segments] == [(0.0, 10.0004), (10.0004, 12.0001), (12.0001, None)]
     assert summary["clients"][0]["segments"][-1]["count"] == 8  # 13..20 s: the event at 15 s is not known
     last = entries(summary, 12.0001)
     assert "expected_ms" not in last[("network", ("front", "db"))]
-    assert summary["notes"] == ["an ad-hoc link change at 12.0001s is not in experiment.yaml: configured RTTs "
-                                "from then on are not shown"]
+    assert summary["notes"] == [
+        "an ad-hoc link change at 12.0001s is not in experiment.yaml: configured RTTs from then on are not shown"
+    ]
 
 
 def test_spans_of_instances_the_experiment_lacks(tmp_path, capsys):
@@ -192,9 +228,17 @@ def test_each_client_is_cut_where_its_own_paths_changed(tmp_path, capsys):
         chain(files, at + 100, client="other", rtt1_ms=6.0 if at < 5000 else 22.0)
     summary = trace_json(files.close(EXPERIMENT, EVENTS), capsys)
     cuts = {c["instance"]: [(s["from_s"], s["count"]) for s in c["segments"]] for c in summary["clients"]}
-    assert cuts == {"client": [(0.0, 10), (10.0004, 5), (15.0004, 1)],
-                    "other": [(0.0, 5), (5.0004, 5), (10.0004, 6)]}
-    expected = {(b["client"], b["from_s"]): b["expected_ms"] for b in summary["breakdown"]
-                if b["kind"] == "network" and b["from"] in ("client", "other")}
-    assert expected == {("client", 0.0): 20.0, ("client", 10.0004): 20.0, ("client", 15.0004): 20.0,
-                        ("other", 0.0): 6.0, ("other", 5.0004): 22.0, ("other", 10.0004): 22.0}
+    assert cuts == {"client": [(0.0, 10), (10.0004, 5), (15.0004, 1)], "other": [(0.0, 5), (5.0004, 5), (10.0004, 6)]}
+    expected = {
+        (b["client"], b["from_s"]): b["expected_ms"]
+        for b in summary["breakdown"]
+        if b["kind"] == "network" and b["from"] in ("client", "other")
+    }
+    assert expected == {
+        ("client", 0.0): 20.0,
+        ("client", 10.0004): 20.0,
+        ("client", 15.0004): 20.0,
+        ("other", 0.0): 6.0,
+        ("other", 5.0004): 22.0,
+        ("other", 10.0004): 22.0,
+    }

@@ -12,15 +12,32 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from span_files import RunFiles, chain
 
 ATTRIBUTES = {
-    "request": {"wl.target", "wl.request_id", "wl.attempt", "wl.status", "wl.request.bytes", "wl.reply.bytes",
-                "wl.proto", "wl.send_lateness_us", "wl.thread", "wl.session", "wl.reply.wait_us"},
-    "serve": {"wl.status", "wl.request.bytes", "wl.reply.bytes", "wl.queue_us", "wl.socket_us", "wl.peer",
-              "wl.proto"},
+    "request": {
+        "wl.target",
+        "wl.request_id",
+        "wl.attempt",
+        "wl.status",
+        "wl.request.bytes",
+        "wl.reply.bytes",
+        "wl.proto",
+        "wl.send_lateness_us",
+        "wl.thread",
+        "wl.session",
+        "wl.reply.wait_us",
+    },
+    "serve": {"wl.status", "wl.request.bytes", "wl.reply.bytes", "wl.queue_us", "wl.socket_us", "wl.peer", "wl.proto"},
     "compute": {"wl.compute.us", "wl.compute.ns", "wl.compute.mode", "wl.status"},
     "load": {"wl.bytes", "wl.offset", "wl.status"},
     "store": {"wl.bytes", "wl.offset", "wl.sync", "wl.status"},
-    "forward": {"wl.forward.targets", "wl.forward.nack", "wl.forward.timeout_us", "wl.forward.retries",
-                "wl.forward.ok", "wl.forward.failed", "wl.status"},
+    "forward": {
+        "wl.forward.targets",
+        "wl.forward.nack",
+        "wl.forward.timeout_us",
+        "wl.forward.retries",
+        "wl.forward.ok",
+        "wl.forward.failed",
+        "wl.status",
+    },
     "forward.send": {"wl.target", "wl.attempt", "wl.status", "net.peer.name", "net.peer.port", "wl.reply.wait_us"},
 }
 

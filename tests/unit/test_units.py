@@ -13,10 +13,21 @@ from collapsar.units import (
 )
 
 DURATIONS = [
-    ("10ms", 10_000), ("250us", 250), ("250µs", 250), ("1.5s", 1_500_000), ("2m", 120_000_000),
-    ("2min", 120_000_000), ("1h", 3_600_000_000), ("2000ns", 2), (" 7 ms ", 7_000), (0, 0), ("0", 0), (0.0, 0),
+    ("10ms", 10_000),
+    ("250us", 250),
+    ("250µs", 250),
+    ("1.5s", 1_500_000),
+    ("2m", 120_000_000),
+    ("2min", 120_000_000),
+    ("1h", 3_600_000_000),
+    ("2000ns", 2),
+    (" 7 ms ", 7_000),
+    (0, 0),
+    ("0", 0),
+    (0.0, 0),
     (".5ms", 500),
-    ("1e3us", 1000), ("1.ms", 1000),
+    ("1e3us", 1000),
+    ("1.ms", 1000),
 ]
 
 
@@ -28,8 +39,7 @@ def test_parse_duration(text, expected):
 DURATION_ERRORS = [
     ("10", "expected a duration like 10ms, 250us or 1.5s (a unit is required), got '10'"),
     (10, "expected a duration like 10ms, 250us or 1.5s (a unit is required), got 10"),
-    ("10 parsecs", "expected a duration like 10ms, 250us or 1.5s, got unknown time unit "
-                   "'parsecs' in '10 parsecs'"),
+    ("10 parsecs", "expected a duration like 10ms, 250us or 1.5s, got unknown time unit 'parsecs' in '10 parsecs'"),
     ("-5ms", "expected a duration like 10ms, 250us or 1.5s, got '-5ms'"),
     ("1.5us", "'1.5us' is finer than one microsecond"),
     (True, "expected a duration like 10ms, 250us or 1.5s, got True"),
@@ -49,9 +59,17 @@ def test_parse_duration_rejects(text, message):
 
 
 RATES = [
-    ("128Kbps", 128_000), ("10Mbps", 10_000_000), ("1Gbps", 10**9), ("1.5Gbps", 1_500_000_000),
-    ("10mbit", 10_000_000), ("128kbit", 128_000), ("1gbit", 10**9), ("1Tbps", 10**12),
-    ("9600bps", 9600), ("9600bit", 9600), ("2.5 Mbps", 2_500_000),
+    ("128Kbps", 128_000),
+    ("10Mbps", 10_000_000),
+    ("1Gbps", 10**9),
+    ("1.5Gbps", 1_500_000_000),
+    ("10mbit", 10_000_000),
+    ("128kbit", 128_000),
+    ("1gbit", 10**9),
+    ("1Tbps", 10**12),
+    ("9600bps", 9600),
+    ("9600bit", 9600),
+    ("2.5 Mbps", 2_500_000),
 ]
 
 
@@ -62,8 +80,7 @@ def test_parse_rate(text, expected):
 
 RATE_ERRORS = [
     ("100", "expected a rate like 128Kbps, 10Mbps or 1Gbps (a unit is required), got '100'"),
-    ("10MB/s", "expected a rate like 128Kbps, 10Mbps or 1Gbps, got unknown rate unit 'MB/s' "
-               "in '10MB/s'"),
+    ("10MB/s", "expected a rate like 128Kbps, 10Mbps or 1Gbps, got unknown rate unit 'MB/s' in '10MB/s'"),
     ("0Mbps", "expected a rate above zero, got '0Mbps'"),
     ("0.5bps", "'0.5bps' is finer than one bit per second"),
     ([1], "expected a rate like 128Kbps, 10Mbps or 1Gbps, got list [1]"),
@@ -77,8 +94,7 @@ def test_parse_rate_rejects(text, message):
     assert str(error.value) == message
 
 
-LOSSES = [("0.1%", 0.001), ("0.001", 0.001), (0.25, 0.25), (0, 0.0), ("100%", 1.0), (1, 1.0),
-          ("50 %", 0.5)]
+LOSSES = [("0.1%", 0.001), ("0.001", 0.001), (0.25, 0.25), (0, 0.0), ("100%", 1.0), (1, 1.0), ("50 %", 0.5)]
 
 
 @pytest.mark.parametrize(("text", "expected"), LOSSES)
@@ -101,8 +117,16 @@ def test_parse_loss_rejects(text, message):
     assert str(error.value) == message
 
 
-SIZES = [("512m", 512 * 2**20), ("2GiB", 2 * 2**30), ("1GB", 10**9), ("64k", 65536),
-         (4096, 4096), ("1.5k", 1536), ("10b", 10), ("1t", 2**40)]
+SIZES = [
+    ("512m", 512 * 2**20),
+    ("2GiB", 2 * 2**30),
+    ("1GB", 10**9),
+    ("64k", 65536),
+    (4096, 4096),
+    ("1.5k", 1536),
+    ("10b", 10),
+    ("1t", 2**40),
+]
 
 
 @pytest.mark.parametrize(("text", "expected"), SIZES)
@@ -111,8 +135,7 @@ def test_parse_size(text, expected):
 
 
 SIZE_ERRORS = [
-    ("12 parsecs", "expected a size like 512m, 2GiB or 1GB, got unknown size unit 'parsecs' "
-                   "in '12 parsecs'"),
+    ("12 parsecs", "expected a size like 512m, 2GiB or 1GB, got unknown size unit 'parsecs' in '12 parsecs'"),
     (0, "expected a size above zero, got 0"),
     ("0.3b", "'0.3b' is finer than one byte"),
 ]
@@ -125,17 +148,28 @@ def test_parse_size_rejects(text, message):
     assert str(error.value) == message
 
 
-@pytest.mark.parametrize(("delay_us", "text"), [
-    (10_000, "10ms"), (1500, "1500us"), (1_500_000, "1500ms"), (2_000_000, "2s"),
-    (120_000_000, "2m"), (7_200_000_000, "2h"), (1, "1us"), (0, "0us")])
+@pytest.mark.parametrize(
+    ("delay_us", "text"),
+    [
+        (10_000, "10ms"),
+        (1500, "1500us"),
+        (1_500_000, "1500ms"),
+        (2_000_000, "2s"),
+        (120_000_000, "2m"),
+        (7_200_000_000, "2h"),
+        (1, "1us"),
+        (0, "0us"),
+    ],
+)
 def test_format_duration(delay_us, text):
     assert format_duration_us(delay_us) == text
     assert parse_duration_us(text) == delay_us
 
 
-@pytest.mark.parametrize(("rate_bps", "text"), [
-    (10**7, "10Mbps"), (1500, "1500bps"), (128_000, "128Kbps"), (10**9, "1Gbps"),
-    (2_500_000, "2500Kbps")])
+@pytest.mark.parametrize(
+    ("rate_bps", "text"),
+    [(10**7, "10Mbps"), (1500, "1500bps"), (128_000, "128Kbps"), (10**9, "1Gbps"), (2_500_000, "2500Kbps")],
+)
 def test_format_rate(rate_bps, text):
     assert format_rate_bps(rate_bps) == text
     assert parse_rate_bps(text) == rate_bps

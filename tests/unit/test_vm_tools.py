@@ -38,11 +38,14 @@ def test_vng_and_virtme_run_are_found_without_the_venv_on_path(monkeypatch):
 
 def test_a_process_with_a_bare_environment_finds_them():
     """As `env -i PATH=... .venv/bin/collapsar run --vm` starts: no venv on PATH."""
-    code = ("from collapsar.vm import tools_search_path; import shutil; "
-            "print(shutil.which('vng', path=tools_search_path())); "
-            "print(shutil.which('virtme-run', path=tools_search_path()))")
-    out = subprocess.run([sys.executable, "-c", code], env={"PATH": BARE_PATH}, capture_output=True,
-                         text=True, check=True).stdout.split()
+    code = (
+        "from collapsar.vm import tools_search_path; import shutil; "
+        "print(shutil.which('vng', path=tools_search_path())); "
+        "print(shutil.which('virtme-run', path=tools_search_path()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={"PATH": BARE_PATH}, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == [str(SCRIPTS / "vng"), str(SCRIPTS / "virtme-run")]
 
 

@@ -67,8 +67,13 @@ def test_rtts_are_the_collapsed_paths_there_and_back(rtt):
 
 
 def test_a_chain_adds_its_hops(rtt):
-    chain = {"program": "wl-client", "to": "front", "port": 7891, "proto": "tcp",
-             "chain": [compute(), forward(["db"], 1, compute()), {"op": "store", "bytes": 10}]}
+    chain = {
+        "program": "wl-client",
+        "to": "front",
+        "port": 7891,
+        "proto": "tcp",
+        "chain": [compute(), forward(["db"], 1, compute()), {"op": "store", "bytes": 10}],
+    }
     share, hops = chain_share(chain, "client", rtt)
     assert share == 44 * MS
     assert [h.describe() for h in hops] == ["client->front 30 ms", "front->db 14 ms"]
@@ -82,11 +87,16 @@ def test_a_quorum_waits_for_the_nack_th_fastest_target_with_its_own_sub_chain(rt
     # db: 14 + (db -> far 84) = 98; far: 90 + (far -> far 0) = 90; nack 1 -> 90.
     assert share == (30 + 90) * MS
     assert [h.describe() for h in hops] == [
-        "client->front 30 ms", "front->{db 14 ms, far 90 ms} nack 1", "db->far 84 ms", "far->far 0 ms"]
+        "client->front 30 ms",
+        "front->{db 14 ms, far 90 ms} nack 1",
+        "db->far 84 ms",
+        "far->far 0 ms",
+    ]
     flat = {"to": "front", "chain": [forward(["db", "db-2", "far"], 2)]}
     assert chain_share(flat, "client", rtt)[0] == (30 + 14) * MS
-    assert chain_share({"to": "front", "chain": [forward(["db", "db-2", "far"], 3)]}, "client", rtt)[0] == \
-        (30 + 90) * MS
+    assert (
+        chain_share({"to": "front", "chain": [forward(["db", "db-2", "far"], 3)]}, "client", rtt)[0] == (30 + 90) * MS
+    )
 
 
 def test_a_target_without_a_path_leaves_the_share_unknown_unless_the_quorum_does_without_it(rtt):
@@ -97,8 +107,16 @@ def test_a_target_without_a_path_leaves_the_share_unknown_unless_the_quorum_does
     assert chain_share({"to": "nowhere", "chain": []}, "client", rtt)[0] is None
 
 
-SUMMARY = {"requests": 20, "ok": 18, "timeout": 1, "err": 1, "unsent": 0, "instance": "client",
-           "service": "client", "latency_us": {"p50": 46210.5, "p99": 48900.0}}
+SUMMARY = {
+    "requests": 20,
+    "ok": 18,
+    "timeout": 1,
+    "err": 1,
+    "unsent": 0,
+    "instance": "client",
+    "service": "client",
+    "latency_us": {"p50": 46210.5, "p99": 48900.0},
+}
 
 
 def test_the_summary_line_puts_the_client_next_to_its_network_share():
@@ -106,14 +124,16 @@ def test_the_summary_line_puts_the_client_next_to_its_network_share():
     assert summary_line("client", SUMMARY, 44_000, hops, [3_000_000]) == (
         "workload client: 20 requests (ok 18, err 1, timeout 1); latency p50 46.21 ms, p99 48.9 ms; "
         "network share of the chain: 44 ms (configured RTTs: client->front 30 ms, "
-        "front->{db 14 ms, db-2 -} nack 1); later events change these paths at 3s")
-    assert summary_line("client", None, None, hops[:1], [], "workload/client.summary.json was not written",
-                        None) == (
+        "front->{db 14 ms, db-2 -} nack 1); later events change these paths at 3s"
+    )
+    assert summary_line("client", None, None, hops[:1], [], "workload/client.summary.json was not written", None) == (
         "workload client: no summary (workload/client.summary.json was not written); network share of the "
-        "chain: unknown: a hop has no path (configured RTTs: client->front 30 ms)")
+        "chain: unknown: a hop has no path (configured RTTs: client->front 30 ms)"
+    )
     assert summary_line("wrapped", SUMMARY, None, [], [], None, "its command is not wl-client itself") == (
         "workload wrapped: 20 requests (ok 18, err 1, timeout 1); latency p50 46.21 ms, p99 48.9 ms; "
-        "network share of the chain: unknown (its command is not wl-client itself)")
+        "network share of the chain: unknown (its command is not wl-client itself)"
+    )
 
 
 def test_summaries_are_read_from_regular_files_only(tmp_path):
@@ -123,8 +143,7 @@ def test_summaries_are_read_from_regular_files_only(tmp_path):
     (tmp_path / "link.summary.json").symlink_to(tmp_path / "client.summary.json")
     assert read_summary(tmp_path / "link.summary.json")[0] is None
     os.mkfifo(tmp_path / "fifo.summary.json")
-    assert read_summary(tmp_path / "fifo.summary.json") == (None, "workload/fifo.summary.json is not a "
-                                                                  "regular file")
+    assert read_summary(tmp_path / "fifo.summary.json") == (None, "workload/fifo.summary.json is not a regular file")
     (tmp_path / "bad.summary.json").write_text("[1, 2")
     assert read_summary(tmp_path / "bad.summary.json")[1].startswith("workload/bad.summary.json is no summary")
 
@@ -167,26 +186,33 @@ def test_only_exits_nobody_asked_for_fail_the_run_with_their_last_lines(tmp_path
     assert raised.value.exit_code == 6
     by_instance: dict[str, list[str]] = {}  # in the order they exited, which the two race for
     for line in raised.value.lines():
-        by_instance.setdefault(line.split()[1].rstrip(":|") if line.startswith("instance") else
-                               line.split("|")[0].strip(), []).append(line)
+        by_instance.setdefault(
+            line.split()[1].rstrip(":|") if line.startswith("instance") else line.split("|")[0].strip(), []
+        ).append(line)
     assert by_instance == {
-        "noisy": ["instance noisy: exited with status 3 on its own; the last lines of logs/noisy.err:",
-                  "  noisy| esc?[2Jape"],  # the terminal's escape shown, not sent
-        "quiet": ["instance quiet: exited with status 4 on its own; the last lines of logs/quiet.out:",
-                  "  quiet| all went well"]}
+        "noisy": [
+            "instance noisy: exited with status 3 on its own; the last lines of logs/noisy.err:",
+            "  noisy| esc?[2Jape",
+        ],  # the terminal's escape shown, not sent
+        "quiet": [
+            "instance quiet: exited with status 4 on its own; the last lines of logs/quiet.out:",
+            "  quiet| all went well",
+        ],
+    }
     assert outputs.log_tail(tmp_path / "noisy.out") == [f"line {i}" for i in range(3, 8)]
 
 
 def test_a_program_that_could_not_be_executed_is_said_so(tmp_path):
     logs = lambda inst: (tmp_path / f"{inst}.out", tmp_path / f"{inst}.err")  # noqa: E731
     (tmp_path / "typo.err").write_text('exec of "iperf33" failed: No such file or directory\n')
-    run = SimpleNamespace(supervisor=SimpleNamespace(exits=[Exit("typo", 1, 1, "exited"),
-                                                            Exit("typo", 2, -11, "exited")]),
-                          rundir=SimpleNamespace(log_paths=logs))
+    run = SimpleNamespace(
+        supervisor=SimpleNamespace(exits=[Exit("typo", 1, 1, "exited"), Exit("typo", 2, -11, "exited")]),
+        rundir=SimpleNamespace(log_paths=logs),
+    )
     with pytest.raises(InstanceFailure) as raised:
         outputs.raise_on_failed_instances(run)
     assert raised.value.lines() == [
         'instance typo: could not start: exec of "iperf33" failed: No such file or directory',
-        "instance typo: was killed by SIGSEGV, a signal this run did not send; the last lines of "
-        "logs/typo.err:",
-        '  typo| exec of "iperf33" failed: No such file or directory']
+        "instance typo: was killed by SIGSEGV, a signal this run did not send; the last lines of logs/typo.err:",
+        '  typo| exec of "iperf33" failed: No such file or directory',
+    ]

@@ -29,8 +29,9 @@ RUNNER = "test_vm_tier.py"
 
 
 def in_vm() -> bool:
-    return (os.environ.get(IN_VM_VAR) == "1"
-            and platform.release() != os.environ.get(HOST_RELEASE_VAR, platform.release()))
+    return os.environ.get(IN_VM_VAR) == "1" and platform.release() != os.environ.get(
+        HOST_RELEASE_VAR, platform.release()
+    )
 
 
 def pytest_ignore_collect(collection_path, config):
@@ -53,8 +54,14 @@ def netns_pair(make_netns_pair) -> NetnsPair:
     # TCP buffers large enough for the biggest bandwidth-delay product tested
     # (100 Mbit/s x 200 ms = 2.5 MB); these sysctls are per namespace.
     for ns in (pair.src_ns, pair.dst_ns):
-        sh("sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 131072 16777216",
-           "net.ipv4.tcp_wmem=4096 65536 16777216", ns=ns)
+        sh(
+            "sysctl",
+            "-q",
+            "-w",
+            "net.ipv4.tcp_rmem=4096 131072 16777216",
+            "net.ipv4.tcp_wmem=4096 65536 16777216",
+            ns=ns,
+        )
     return pair
 
 
@@ -94,19 +101,39 @@ class Probe:
 
     def ping_argv(self, ns: str, dst_ip: str, count: int, interval_s: float, wait_s: float) -> list[str]:
         # -i below 0.2 s needs root; -W bounds how long the last replies are awaited.
-        return ["ip", "netns", "exec", ns, "ping", "-n", "-D", "-c", str(count), "-i", str(interval_s),
-                "-W", str(wait_s), dst_ip]
+        return [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "ping",
+            "-n",
+            "-D",
+            "-c",
+            str(count),
+            "-i",
+            str(interval_s),
+            "-W",
+            str(wait_s),
+            dst_ip,
+        ]
 
-    def ping(self, ns: str, dst_ip: str, count: int, interval_s: float = 0.002,
-             wait_s: float = 2.0) -> PingResult:
-        out = subprocess.run(self.ping_argv(ns, dst_ip, count, interval_s, wait_s), text=True,
-                             capture_output=True, timeout=count * interval_s * 20 + 60)
+    def ping(self, ns: str, dst_ip: str, count: int, interval_s: float = 0.002, wait_s: float = 2.0) -> PingResult:
+        out = subprocess.run(
+            self.ping_argv(ns, dst_ip, count, interval_s, wait_s),
+            text=True,
+            capture_output=True,
+            timeout=count * interval_s * 20 + 60,
+        )
         return parse_ping(out.stdout)
 
-    def ping_start(self, ns: str, dst_ip: str, count: int, interval_s: float,
-                   wait_s: float = 2.0) -> subprocess.Popen:
-        return subprocess.Popen(self.ping_argv(ns, dst_ip, count, interval_s, wait_s),
-                                text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    def ping_start(self, ns: str, dst_ip: str, count: int, interval_s: float, wait_s: float = 2.0) -> subprocess.Popen:
+        return subprocess.Popen(
+            self.ping_argv(ns, dst_ip, count, interval_s, wait_s),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
 
     def ping_finish(self, proc: subprocess.Popen, timeout_s: float) -> PingResult:
         out, _ = proc.communicate(timeout=timeout_s)
@@ -114,8 +141,11 @@ class Probe:
 
     def iperf_bps(self, pair: NetnsPair, dst_ip: str, seconds: int, omit_s: int) -> float:
         """TCP goodput the receiver saw, bits/s, excluding the first `omit_s` (slow start)."""
-        server = subprocess.Popen(["ip", "netns", "exec", pair.dst_ns, "iperf3", "-s", "-1",
-                                   "-B", dst_ip], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", pair.dst_ns, "iperf3", "-s", "-1", "-B", dst_ip],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         try:
             out = self._iperf_client(pair.src_ns, dst_ip, seconds, omit_s)
         finally:
@@ -128,8 +158,7 @@ class Probe:
         return report["end"]["sum_received"]["bits_per_second"]
 
     def _iperf_client(self, ns: str, dst_ip: str, seconds: int, omit_s: int) -> str:
-        argv = ["ip", "netns", "exec", ns, "iperf3", "-c", dst_ip, "-t", str(seconds),
-                "-O", str(omit_s), "-J"]
+        argv = ["ip", "netns", "exec", ns, "iperf3", "-c", dst_ip, "-t", str(seconds), "-O", str(omit_s), "-J"]
         # The server needs a moment to listen; a slow guest needs longer.
         for _ in range(50):
             out = subprocess.run(argv, text=True, capture_output=True, timeout=seconds + omit_s + 60)

@@ -38,8 +38,10 @@ def main(argv: list[str]) -> int:
     for attempt in range(retries + 1):
         junit = artifacts / f"junit-{attempt}.xml"
         if attempt:
-            print(f"== VM tier: attempt {attempt + 1} of {retries + 1}, in a fresh pytest: "
-                  f"{' '.join(targets)}", flush=True)
+            print(
+                f"== VM tier: attempt {attempt + 1} of {retries + 1}, in a fresh pytest: {' '.join(targets)}",
+                flush=True,
+            )
         rc = subprocess.run([sys.executable, "-m", "pytest", *targets, f"--junitxml={junit}", *extra]).returncode
         if not junit.exists():
             return rc or 1

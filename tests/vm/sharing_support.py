@@ -22,9 +22,26 @@ class Run:
     def __init__(self, topology: Path, run_dir: Path, subnet: str, trace: Path | None = None):
         env = {**os.environ, **({"COLLAPSAR_SHARE_TRACE": str(trace)} if trace else {})}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "collapsar.cli", "run", str(topology), "--run-dir", str(run_dir),
-             "--subnet", subnet, "--grace", "1s", "--status-port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            [
+                sys.executable,
+                "-m",
+                "collapsar.cli",
+                "run",
+                str(topology),
+                "--run-dir",
+                str(run_dir),
+                "--subnet",
+                subnet,
+                "--grace",
+                "1s",
+                "--status-port",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.lines: list[str] = []
         self.port: int | None = None
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -99,8 +116,14 @@ def trace_summary(path: Path, src: str) -> str:
         return "no sharing trace"
     periods = [json.loads(line) for line in path.read_text().splitlines()]
     gaps = [(b["t_us"] - a["t_us"]) // 1000 for a, b in zip(periods, periods[1:])]
-    seen = [(p["period"], p["t_us"] // 1000, f["measured_bps"], f["allowed_bps"])
-            for p in periods for f in p["flows"] if f["src"] == src]
-    return (f"{len(periods)} periods, gaps ms max {max(gaps, default=0)} median "
-            f"{sorted(gaps)[len(gaps) // 2] if gaps else 0}; {src} (period, ms, measured, allowed): "
-            f"{seen[:3]} ... {seen[-3:]} ({len(seen)} periods active)")
+    seen = [
+        (p["period"], p["t_us"] // 1000, f["measured_bps"], f["allowed_bps"])
+        for p in periods
+        for f in p["flows"]
+        if f["src"] == src
+    ]
+    return (
+        f"{len(periods)} periods, gaps ms max {max(gaps, default=0)} median "
+        f"{sorted(gaps)[len(gaps) // 2] if gaps else 0}; {src} (period, ms, measured, allowed): "
+        f"{seen[:3]} ... {seen[-3:]} ({len(seen)} periods active)"
+    )

@@ -21,8 +21,7 @@ def test_check_kernel_passes_with_netem():
 def test_raw_netem_delays_ping(netns_pair, probe):
     pair, dst = netns_pair, netns_pair.dst_ips[0]
     base = probe.ping(pair.src_ns, dst, count=200, interval_s=0.005)
-    sh("tc", "qdisc", "add", "dev", pair.src_if, "root", "netem", "delay", f"{DELAY_MS}ms",
-       ns=pair.src_ns)
+    sh("tc", "qdisc", "add", "dev", pair.src_if, "root", "netem", "delay", f"{DELAY_MS}ms", ns=pair.src_ns)
     shaped = probe.ping(pair.src_ns, dst, count=200, interval_s=0.005)
     assert base.received == base.sent == 200
     assert shaped.received == shaped.sent == 200

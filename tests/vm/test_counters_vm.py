@@ -49,12 +49,14 @@ def test_counters_load_and_count_on_the_stock_kernel(make_netns_pair):
     print(f"counters on kernel {platform.release()}")
     with Counters(pair.src_if, pair.src_ns) as c:
         sh("ping", "-n", "-c", "5", "-i", "0.2", ping_dst, ns=pair.src_ns)
-        recv = subprocess.Popen(["ip", "netns", "exec", pair.dst_ns, sys.executable, "-c", RECEIVER,
-                                 tcp_dst], stdout=subprocess.PIPE, text=True)
+        recv = subprocess.Popen(
+            ["ip", "netns", "exec", pair.dst_ns, sys.executable, "-c", RECEIVER, tcp_dst],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert recv.stdout.readline().strip() == "ready"
-            mss = int(sh(sys.executable, "-c", SENDER, tcp_dst, str(NBYTES), ns=pair.src_ns,
-                         timeout=300).stdout)
+            mss = int(sh(sys.executable, "-c", SENDER, tcp_dst, str(NBYTES), ns=pair.src_ns, timeout=300).stdout)
             received = int(recv.communicate(timeout=60)[0])
         finally:
             if recv.poll() is None:

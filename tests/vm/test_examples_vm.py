@@ -30,8 +30,7 @@ MBPS = 1_000_000
 
 
 def test_this_module_runs_the_vm_examples():
-    assert set(VM_EXAMPLES) == {"churn.yaml", "demo.yaml", "dumbbell.yaml", "flaky.yaml", "geo.yaml",
-                                "three-tier.yaml"}
+    assert set(VM_EXAMPLES) == {"churn.yaml", "demo.yaml", "dumbbell.yaml", "flaky.yaml", "geo.yaml", "three-tier.yaml"}
 
 
 def example(name: str, tmp_path: Path, duration: str):
@@ -46,8 +45,12 @@ def example(name: str, tmp_path: Path, duration: str):
 
 def targets(name: str, action: str) -> set[str]:
     """The instances a service event of the example acts on (resolved by its seed)."""
-    return {target for event in parse_file(TOPOLOGIES / name).events
-            if isinstance(event, ServiceEvent) and event.action == action for target in event.targets}
+    return {
+        target
+        for event in parse_file(TOPOLOGIES / name).events
+        if isinstance(event, ServiceEvent) and event.action == action
+        for target in event.targets
+    }
 
 
 def applied(run) -> list[str]:
@@ -99,7 +102,8 @@ def test_churn(tmp_path):
     assert {name for name, s in status.items() if s == "crashed"} == crashed
     assert {name for name, s in status.items() if s == "stopped"} == left
     assert {name for name, s in status.items() if s == "up"} == (
-        {"lb", "load", "cache", "cache-2", "web", "web-2", "web-3", "web-4", "web-5", "web-6"} - crashed - left)
+        {"lb", "load", "cache", "cache-2", "web", "web-2", "web-3", "web-4", "web-5", "web-6"} - crashed - left
+    )
     records, start = run.requests("load"), run.client_start_s("load")
     cut_s = run.applied_s()[-1]  # the edge bridge leaves
     # Served through every join, crash and leave (the first of eight replies
@@ -122,8 +126,8 @@ def test_flaky(tmp_path):
     join, down, up, down_again, up_again, cut, heal, lossy = steps
     records, start = run.requests("client"), run.client_start_s("client")
     # A write sent while kv-c cannot reach kv-a and kv-b times out after 500 ms.
-    assert ok_ratio(window(records, start, down - 0.1, start)) >= 0.9       # all replicas reachable
-    assert ok_ratio(window(records, down + 0.1, up - 0.5, start)) <= 0.05   # rack2's uplink is down
+    assert ok_ratio(window(records, start, down - 0.1, start)) >= 0.9  # all replicas reachable
+    assert ok_ratio(window(records, down + 0.1, up - 0.5, start)) <= 0.05  # rack2's uplink is down
     assert ok_ratio(window(records, cut + 0.1, heal - 0.5, start)) <= 0.05  # kv-c is in the minority
     # Healed (TCP retransmits within seconds), 2% loss on the spine.
     assert ok_ratio(window(records, heal + 4, 19, start)) >= 0.8
@@ -153,8 +157,11 @@ def test_geo(tmp_path):
 def test_three_tier(tmp_path):
     run = example("three-tier.yaml", tmp_path, "20s")
     (crashed,) = targets("three-tier.yaml", "crash")
-    assert applied(run) == ["users-eu join [users-eu]; users-us join [users-us]; users-ap join [users-ap]",
-                            f"db crash [{crashed}]", "link virginia -- frankfurt set"]
+    assert applied(run) == [
+        "users-eu join [users-eu]; users-us join [users-us]; users-ap join [users-ap]",
+        f"db crash [{crashed}]",
+        "link virginia -- frankfurt set",
+    ]
     join, crash, degraded = run.applied_s()
     assert run.instances()[crashed]["status"] == "crashed"
     records = {user: run.requests(user) for user in ("users-eu", "users-us", "users-ap")}
@@ -165,6 +172,7 @@ def test_three_tier(tmp_path):
         sent = window(mine, starts[user], 18.5, starts[user])
         assert len(sent) >= 120 and ok_ratio(sent) == 1.0, user
         assert ok_ratio(window(mine, crash, 18.5, starts[user])) == 1.0, user
+
     # Round trips to Frankfurt: 2 x 26.1 ms from Lisbon, 2 x 86.1 ms from
     # Singapore, 2 x 51.1 ms from Virginia until the link degrades, then
     # 2 x 96.1 ms; plus 1.5 ms of work and the quorum write in the data centre.

@@ -49,9 +49,12 @@ events:
 """
 
 # (RTT ms, RTT jitter ms, echo loss ratio) per unordered pair, from the links.
-ECHO_LOSS = 1 - 0.95 ** 2
-EXPECTED = {("a", "b"): (30.0, 0.0, ECHO_LOSS), ("a", "c"): (50.0, 4 * math.sqrt(2), 0.0),
-            ("b", "c"): (60.0, 4 * math.sqrt(2), ECHO_LOSS)}
+ECHO_LOSS = 1 - 0.95**2
+EXPECTED = {
+    ("a", "b"): (30.0, 0.0, ECHO_LOSS),
+    ("a", "c"): (50.0, 4 * math.sqrt(2), 0.0),
+    ("b", "c"): (60.0, 4 * math.sqrt(2), ECHO_LOSS),
+}
 
 _REPLY = re.compile(r"^\[([0-9.]+)\] .*icmp_seq=\d+ ttl=\d+ time=([0-9.]+) ms", re.MULTILINE)
 
@@ -61,10 +64,28 @@ def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("vmrun")
     topology = tmp / "vm-run.yaml"
     topology.write_text(TOPOLOGY)
-    done = subprocess.run([sys.executable, "-m", "collapsar.cli", "run", str(topology),
-                           "--duration", "12s", "--probe", str(PROBE_PINGS), "--run-dir", str(tmp / "runs"),
-                           "--subnet", "10.79.0.0/24", "--grace", "1s"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "collapsar.cli",
+            "run",
+            str(topology),
+            "--duration",
+            "12s",
+            "--probe",
+            str(PROBE_PINGS),
+            "--run-dir",
+            str(tmp / "runs"),
+            "--subnet",
+            "10.79.0.0/24",
+            "--grace",
+            "1s",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (run_dir,) = (tmp / "runs").iterdir()
     # Keep the run directory (logs, probe.json, events.json) with the tier's artifacts.
@@ -83,10 +104,28 @@ def _probe_again(tmp: Path) -> dict[tuple[str, str], dict]:
     takes it away, so the lower of two medians is the better measurement."""
     topology = tmp / "vm-probe.yaml"
     topology.write_text(TOPOLOGY)
-    done = subprocess.run([sys.executable, "-m", "collapsar.cli", "run", str(topology), "--duration", "1s",
-                           "--probe", str(PROBE_PINGS), "--run-dir", str(tmp / "probe-runs"),
-                           "--subnet", "10.79.1.0/24", "--grace", "1s"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "collapsar.cli",
+            "run",
+            str(topology),
+            "--duration",
+            "1s",
+            "--probe",
+            str(PROBE_PINGS),
+            "--run-dir",
+            str(tmp / "probe-runs"),
+            "--subnet",
+            "10.79.1.0/24",
+            "--grace",
+            "1s",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (run_dir,) = (tmp / "probe-runs").iterdir()
     return {(r["src"], r["dst"]): r for r in json.loads((run_dir / "probe.json").read_text())}
@@ -100,7 +139,13 @@ def test_probe_measures_the_collapsed_rtt_jitter_and_loss(run, record_property, 
         record_property("probed_again", ", ".join(f"{r['src']}->{r['dst']}" for r in slow))
         records = [min(r, again[(r["src"], r["dst"])], key=lambda x: x["rtt_median_us"]) for r in records]
     assert sorted((r["src"], r["dst"]) for r in records) == [
-        ("a", "b"), ("a", "c"), ("b", "a"), ("b", "c"), ("c", "a"), ("c", "b")]
+        ("a", "b"),
+        ("a", "c"),
+        ("b", "a"),
+        ("b", "c"),
+        ("c", "a"),
+        ("c", "b"),
+    ]
     for r in records:
         rtt_ms, jitter_ms, loss = EXPECTED[_key(r["src"], r["dst"])]
         pair = f"{r['src']}->{r['dst']}"

@@ -123,11 +123,12 @@ def test_delay_without_jitter(shaped, probe, record_property, delay_ms):
         assert percentile(rtt, 1) >= delay_ms
         median_ms, p75 = statistics.median(rtt), percentile(rtt, 75)
         slack = EXCESS_MS + resolution_ms(median_ms)
-        figures = {"median_ms": median_ms, "p1_ms": percentile(rtt, 1), "p75_ms": p75,
-                   "p95_ms": percentile(rtt, 95)}
-        return figures, (outside("median", median_ms, delay_ms, delay_ms + slack)
-                         # three quarters of the samples stay close to the delay
-                         + outside("p75", p75, delay_ms, delay_ms + slack + 1.0))
+        figures = {"median_ms": median_ms, "p1_ms": percentile(rtt, 1), "p75_ms": p75, "p95_ms": percentile(rtt, 95)}
+        return figures, (
+            outside("median", median_ms, delay_ms, delay_ms + slack)
+            # three quarters of the samples stay close to the delay
+            + outside("p75", p75, delay_ms, delay_ms + slack + 1.0)
+        )
 
     until_in_bounds(record_property, attempt)
 
@@ -150,20 +151,28 @@ def test_delay_with_normal_jitter(shaped, probe, record_property, delay_ms, jitt
         # Standard error of a median of n normal samples: 1.25 sigma / sqrt(n).
         median_slack = 4 * 1.2533 * jitter_ms / math.sqrt(len(rtt)) + resolution_ms(median_ms)
         low_2_5 = delay_ms - 1.96 * jitter_ms
-        figures = {"median_ms": median_ms, "sigma_ms": sigma_ms, "p2_5_ms": p2_5, "p15_9_ms": p15_9,
-                   "p84_1_ms": p84_1}
+        figures = {"median_ms": median_ms, "sigma_ms": sigma_ms, "p2_5_ms": p2_5, "p15_9_ms": p15_9, "p84_1_ms": p84_1}
         return figures, (
             outside("median", median_ms, delay_ms - median_slack, delay_ms + EXCESS_MS + median_slack)
             + outside("sigma from p15.9..p84.1", sigma_ms, 0.8 * jitter_ms, 1.2 * jitter_ms)
             # about 2.5% of the samples below D - 1.96 J (plus what the machine adds)
-            + outside("p2.5", p2_5, low_2_5 - 0.2 * jitter_ms, low_2_5 + EXCESS_MS))
+            + outside("p2.5", p2_5, low_2_5 - 0.2 * jitter_ms, low_2_5 + EXCESS_MS)
+        )
 
     until_in_bounds(record_property, attempt)
 
 
 def binomial_pmf(n: int, p: float) -> list[float]:
-    return [math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-                     + k * math.log(p) + (n - k) * math.log1p(-p)) for k in range(n + 1)]
+    return [
+        math.exp(
+            math.lgamma(n + 1)
+            - math.lgamma(k + 1)
+            - math.lgamma(n - k + 1)
+            + k * math.log(p)
+            + (n - k) * math.log1p(-p)
+        )
+        for k in range(n + 1)
+    ]
 
 
 def loss_band(n: int, loss_ratio: float, odds: float = FALSE_FAIL_ODDS) -> tuple[int, int]:
@@ -219,12 +228,18 @@ def test_delay_change_mid_flow(shaped, probe, record_property):
         before = [r for s, r in zip(sent_at, got.rtt_ms) if s < changed_from - 0.1]
         after = [r for s, r in zip(sent_at, got.rtt_ms) if s > changed_to + 0.1]
         assert len(before) >= 50 and len(after) >= 50, (len(before), len(after))
-        figures = {"delays": f"{first_ms} -> {then_ms} ms",
-                   "before_median_ms": statistics.median(before), "after_median_ms": statistics.median(after),
-                   "after_p5_ms": percentile(after, 5), "change_took_ms": (changed_to - changed_from) * 1000}
-        return figures, (outside("median before", statistics.median(before), first_ms, first_ms + EXCESS_MS)
-                         + outside("median after", statistics.median(after), then_ms, then_ms + EXCESS_MS)
-                         + outside("p5 after", percentile(after, 5), then_ms, then_ms + EXCESS_MS + 1.0))
+        figures = {
+            "delays": f"{first_ms} -> {then_ms} ms",
+            "before_median_ms": statistics.median(before),
+            "after_median_ms": statistics.median(after),
+            "after_p5_ms": percentile(after, 5),
+            "change_took_ms": (changed_to - changed_from) * 1000,
+        }
+        return figures, (
+            outside("median before", statistics.median(before), first_ms, first_ms + EXCESS_MS)
+            + outside("median after", statistics.median(after), then_ms, then_ms + EXCESS_MS)
+            + outside("p5 after", percentile(after, 5), then_ms, then_ms + EXCESS_MS + 1.0)
+        )
 
     until_in_bounds(record_property, attempt)
 
@@ -268,17 +283,32 @@ def test_default_netem_limit_stalls_long_fat_path(netns_pair, probe, record_prop
     pair = netns_pair
     sh("ip", "link", "set", "dev", pair.src_if, "gso_max_segs", "1", ns=pair.src_ns)
     assert "gso_max_segs 1 " in sh("ip", "-d", "link", "show", "dev", pair.src_if, ns=pair.src_ns).stdout
-    for argv in (["qdisc", "add", "dev", pair.src_if, "root", "handle", "1:", "htb", "default", "10"],
-                 ["class", "add", "dev", pair.src_if, "parent", "1:", "classid", "1:10", "htb",
-                  "rate", "25mbit"],
-                 ["qdisc", "add", "dev", pair.src_if, "parent", "1:10", "handle", "10:", "netem",
-                  "delay", "1s"]):
+    for argv in (
+        ["qdisc", "add", "dev", pair.src_if, "root", "handle", "1:", "htb", "default", "10"],
+        ["class", "add", "dev", pair.src_if, "parent", "1:", "classid", "1:10", "htb", "rate", "25mbit"],
+        ["qdisc", "add", "dev", pair.src_if, "parent", "1:10", "handle", "10:", "netem", "delay", "1s"],
+    ):
         sh("tc", *argv, ns=pair.src_ns)
     assert "limit 1000 " in sh("tc", "qdisc", "show", "dev", pair.src_if, ns=pair.src_ns).stdout
     # Slow start needs about 8 round trips of 1 s to fill this path.
     default_bps = probe.iperf_bps(pair, pair.dst_ips[0], seconds=10, omit_s=10)
-    sh("tc", "qdisc", "change", "dev", pair.src_if, "parent", "1:10", "handle", "10:", "netem",
-       "delay", "1s", "limit", "4200", ns=pair.src_ns)
+    sh(
+        "tc",
+        "qdisc",
+        "change",
+        "dev",
+        pair.src_if,
+        "parent",
+        "1:10",
+        "handle",
+        "10:",
+        "netem",
+        "delay",
+        "1s",
+        "limit",
+        "4200",
+        ns=pair.src_ns,
+    )
     sized_bps = probe.iperf_bps(pair, pair.dst_ips[0], seconds=10, omit_s=10)
     default_ratio, sized_ratio = default_bps / 25e6, sized_bps / 25e6
     record(record_property, default_limit_goodput_ratio=default_ratio, sized_limit_goodput_ratio=sized_ratio)

@@ -100,8 +100,14 @@ def rtt_run(tmp_path_factory):
         after = run.status()["sharing"]
     finally:
         code = run.finish()
-    return {"code": code, "lines": run.lines, "killed": aeron["driver_pid"], "before": before, "after": after,
-            **{n: received_per_second(out / f"r{n}.json") for n in ("a", "b", "c")}}
+    return {
+        "code": code,
+        "lines": run.lines,
+        "killed": aeron["driver_pid"],
+        "before": before,
+        "after": after,
+        **{n: received_per_second(out / f"r{n}.json") for n in ("a", "b", "c")},
+    }
 
 
 def test_shares_follow_one_over_rtt_and_the_access_limited_flow_keeps_its_rate(rtt_run, record_property):
@@ -123,8 +129,9 @@ def test_shares_follow_one_over_rtt_and_the_access_limited_flow_keeps_its_rate(r
 
 def test_killed_media_driver_is_reported_restarted_and_sharing_goes_on(rtt_run):
     killed = rtt_run["killed"]
-    assert any(line.startswith(f"warning: sharing: media driver pid {killed} exited")
-               for line in rtt_run["lines"]), rtt_run["lines"]
+    assert any(line.startswith(f"warning: sharing: media driver pid {killed} exited") for line in rtt_run["lines"]), (
+        rtt_run["lines"]
+    )
     aeron = rtt_run["after"]["aeron"]
     assert aeron["driver_restarts"] == 1 and aeron["driver_pid"] not in (None, killed)
     summary = next(line for line in rtt_run["lines"] if line.startswith("sharing: "))
@@ -146,11 +153,16 @@ def udp_run(tmp_path_factory):
         for flow in json.loads(line)["flows"]:
             loss.setdefault(flow["src"], []).append((json.loads(line)["t_us"], flow["congestion_loss_ratio"]))
     stalls = sorted((out.parent / "runs").glob("*/stalls.txt"))
-    return {"code": code, "lines": run.lines, "loss": loss, "t": received_per_second(out / "rt.json"),
-            "trace": trace_summary(out / "trace.jsonl", "t"),
-            "stalls": "\n".join(path.read_text()[-6000:] for path in stalls),
-            "u_lost": [udp_lost_ratio(out / f"ru{i}.json") for i in (1, 2)],
-            "u_rates": [udp_rates(out / f"ru{i}.json") for i in (1, 2)]}
+    return {
+        "code": code,
+        "lines": run.lines,
+        "loss": loss,
+        "t": received_per_second(out / "rt.json"),
+        "trace": trace_summary(out / "trace.jsonl", "t"),
+        "stalls": "\n".join(path.read_text()[-6000:] for path in stalls),
+        "u_lost": [udp_lost_ratio(out / f"ru{i}.json") for i in (1, 2)],
+        "u_rates": [udp_rates(out / f"ru{i}.json") for i in (1, 2)],
+    }
 
 
 # This test was skipped for a session as "the manager loop stalls in the
@@ -169,8 +181,9 @@ def test_udp_senders_see_loss_while_tcp_keeps_its_share(udp_run, record_property
     # on the guest the three 2 Mbit/s classes (one plain, two with netem loss)
     # delivered 5-15% over their rate (TCP 2.13, UDP 2.4 each) while the
     # loop's trace showed t's class at exactly 2.0 Mbit/s all along.
-    assert 0.9 * share < tcp < 1.2 * share, \
+    assert 0.9 * share < tcp < 1.2 * share, (
         f"{tcp} {udp_run['t']}\n{udp_run['trace']}\n" + "\n".join(udp_run["lines"]) + udp_run["stalls"]
+    )
     # Each UDP receiver gets about its share (over by up to 20%, as above),
     # and the rest of what its sender offered is lost: 4 Mbit/s asked for a
     # share of 2 is about half, less where the emulated sender fell short.

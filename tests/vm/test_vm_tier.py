@@ -35,18 +35,31 @@ STUCK_TEST_S = 300  # the longest inner test takes about 80 s under emulation
 # The repository is read-only in the guest: no bytecode or example database
 # there; unbuffered so the log shows progress as it happens.
 # Retries happen per process (inner_run.py), so none inside one.
-GUEST_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-             "HYPOTHESIS_STORAGE_DIRECTORY": "/tmp/collapsar-hypothesis", "COLLAPSAR_TIMING_RERUNS": "0"}
+GUEST_ENV = {
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+    "HYPOTHESIS_STORAGE_DIRECTORY": "/tmp/collapsar-hypothesis",
+    "COLLAPSAR_TIMING_RERUNS": "0",
+}
 
 
 def _inner_argv() -> list[str]:
-    return [sys.executable, "tests/vm/inner_run.py", str(ARTIFACTS), str(RETRIES), "-v", "-rA",
-            # The guest sees the repository read-only: no cache directory.
-            "-p", "no:cacheprovider",
-            # A test stuck this long fails with every thread's stack in the
-            # log, and the rest of the tier still runs within its time.
-            "-o", f"timeout={STUCK_TEST_S}",
-            *shlex.split(os.environ.get("COLLAPSAR_VM_PYTEST_ARGS", ""))]
+    return [
+        sys.executable,
+        "tests/vm/inner_run.py",
+        str(ARTIFACTS),
+        str(RETRIES),
+        "-v",
+        "-rA",
+        # The guest sees the repository read-only: no cache directory.
+        "-p",
+        "no:cacheprovider",
+        # A test stuck this long fails with every thread's stack in the
+        # log, and the rest of the tier still runs within its time.
+        "-o",
+        f"timeout={STUCK_TEST_S}",
+        *shlex.split(os.environ.get("COLLAPSAR_VM_PYTEST_ARGS", "")),
+    ]
 
 
 def _boot_and_run() -> tuple[int, float]:
@@ -55,13 +68,19 @@ def _boot_and_run() -> tuple[int, float]:
         stale.unlink(missing_ok=True)
     started = time.monotonic()
     with INNER_LOG.open("w") as log:
+
         def emit(line: str) -> None:
             log.write(line + "\n")
             log.flush()
 
-        rc = run_in_vm(_inner_argv(), [ARTIFACTS], float(os.environ.get("COLLAPSAR_VM_TIMEOUT_S", "1800")),
-                       env=GUEST_ENV,
-                       log=emit, cwd=str(ROOT))
+        rc = run_in_vm(
+            _inner_argv(),
+            [ARTIFACTS],
+            float(os.environ.get("COLLAPSAR_VM_TIMEOUT_S", "1800")),
+            env=GUEST_ENV,
+            log=emit,
+            cwd=str(ROOT),
+        )
     return rc, time.monotonic() - started
 
 
@@ -95,8 +114,7 @@ def _figures(outcomes: dict[str, tuple[ET.Element, int]]) -> str:
     lines = []
     for case, attempt in outcomes.values():
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        outcome = "skipped" if case.find("skipped") is not None else (
-            "FAILED" if _describe(case) else "passed")
+        outcome = "skipped" if case.find("skipped") is not None else ("FAILED" if _describe(case) else "passed")
         if attempt > 1:
             outcome += f" on attempt {attempt}"
         extra = " ".join(f"{k}={v}" for k, v in props.items())
@@ -116,16 +134,19 @@ def test_vm_tier():
         pytest.fail(f"inner pytest exited {rc} without a JUnit report; log tail:\n{tail}", pytrace=False)
     outcomes = _last_outcomes(attempts)
     inner_s = sum(float(suite.get("time", 0)) for root in attempts for suite in root.iter("testsuite"))
-    figures = (f"VM tier: {len(outcomes)} inner tests, {len(attempts)} attempt(s), exit {rc}; {took_s:.0f} s "
-               f"in all, inner pytest {inner_s:.0f} s, so VM start and stop {took_s - inner_s:.0f} s\n"
-               f"{_figures(outcomes)}")
+    figures = (
+        f"VM tier: {len(outcomes)} inner tests, {len(attempts)} attempt(s), exit {rc}; {took_s:.0f} s "
+        f"in all, inner pytest {inner_s:.0f} s, so VM start and stop {took_s - inner_s:.0f} s\n"
+        f"{_figures(outcomes)}"
+    )
     FIGURES.write_text(figures + "\n")
     print(figures)
     first_failures = [text for text in map(_describe, attempts[0].iter("testcase")) if text]
     if len(attempts) > 1:  # what the retries passed is still worth reading
         print(f"{len(first_failures)} inner test(s) failed their first attempt:\n" + "\n".join(first_failures))
     failed = [text for text in (_describe(case) for case, _ in outcomes.values()) if text]
-    assert not failed, (f"{len(failed)} of {len(outcomes)} VM tests failed all {len(attempts)} attempts:\n"
-                        + "\n".join(failed))
+    assert not failed, f"{len(failed)} of {len(outcomes)} VM tests failed all {len(attempts)} attempts:\n" + "\n".join(
+        failed
+    )
     assert outcomes, f"the VM collected no tests (exit {rc}); see {INNER_LOG}"
     assert rc == 0, f"inner pytest exited {rc} with no failed test; see {INNER_LOG}"

@@ -39,8 +39,9 @@ def localize(args, ports):
 
 def run(binaries, prog, *args, timeout=60):
     """One run of wl-client or wl-node; sanitizer reports fail the test."""
-    proc = subprocess.run([str(binaries[prog]), *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env=sanitizer_env())
+    proc = subprocess.run(
+        [str(binaries[prog]), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=sanitizer_env()
+    )
     assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr
     return proc
 

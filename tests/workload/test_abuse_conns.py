@@ -43,9 +43,13 @@ def start_limited(binaries, tmp_path, nofile, *args):
     """A node whose RLIMIT_NOFILE starts at nofile = (soft, hard); returns (proc, port, log path)."""
     log_path = tmp_path / "limited.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([str(binaries["node"]), "-b", "127.0.0.1:0", "-s", str(tmp_path / "limited.storage"),
-                                 *args], stdout=log, stderr=log, env=sanitizer_env(),
-                                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile))
+        proc = subprocess.Popen(
+            [str(binaries["node"]), "-b", "127.0.0.1:0", "-s", str(tmp_path / "limited.storage"), *args],
+            stdout=log,
+            stderr=log,
+            env=sanitizer_env(),
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile),
+        )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and proc.poll() is None:
         found = LISTEN_RE.findall(log_path.read_text())

@@ -35,8 +35,16 @@ def test_retry_num_retries_a_dead_target(binaries):
 
 def test_retries_reach_a_node_that_comes_up_later(binaries, dw_node):
     port = free_port()
-    cmd = [str(binaries["client"]), "--to", f"127.0.0.1:{port}", "--retry-num", "20", "--retry-period", "100ms",
-           "--json"]
+    cmd = [
+        str(binaries["client"]),
+        "--to",
+        f"127.0.0.1:{port}",
+        "--retry-num",
+        "20",
+        "--retry-period",
+        "100ms",
+        "--json",
+    ]
     client = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=sanitizer_env())
     time.sleep(0.5)
     dw_node("-b", f"127.0.0.1:{port}")
@@ -45,12 +53,15 @@ def test_retries_reach_a_node_that_comes_up_later(binaries, dw_node):
     assert err.count("Connection refused") >= 2
 
 
-@pytest.mark.parametrize("pacing, requests", [
-    (["-r", "aseq:min=10:max=30:step=10", "--rss", "200ms"], 2 + 4 + 6),
-    (["-r", "gseq:min=10:max=40", "--rate-step-secs", "0.1"], 1 + 2 + 4),  # step 2 by default
-    (["-r", "aseq:min=30:max=10:step=-10", "--rss", "200ms"], 6 + 4 + 2),  # DistWalk's ramp-down
-    (["-p", "aseq:min=1ms:max=5ms:step=1ms"], 5),
-])
+@pytest.mark.parametrize(
+    "pacing, requests",
+    [
+        (["-r", "aseq:min=10:max=30:step=10", "--rss", "200ms"], 2 + 4 + 6),
+        (["-r", "gseq:min=10:max=40", "--rate-step-secs", "0.1"], 1 + 2 + 4),  # step 2 by default
+        (["-r", "aseq:min=30:max=10:step=-10", "--rss", "200ms"], 6 + 4 + 2),  # DistWalk's ramp-down
+        (["-p", "aseq:min=1ms:max=5ms:step=1ms"], 5),
+    ],
+)
 def test_n_auto_is_one_pass_of_the_ramp(dw_node, run_client, pacing, requests):
     node = dw_node()
     res = run_client("--to", node.addr, "-n", "auto", *pacing)
@@ -67,8 +78,25 @@ def test_n_auto_from_a_file_of_rates(dw_node, run_client, tmp_path):
 
 def test_reply_closes_the_forward_and_sizes_its_reply(dw_node, run_client):
     a, b, c = dw_node(), dw_node(), dw_node()
-    res = run_client("--to", a.addr, "-F", f":{b.port}", "-C", "1ms", "-R", "3000", "-F", f":{c.port}", "-C",
-                     "1ms", "-R", "-C", "2ms", "--rs", "2048")
+    res = run_client(
+        "--to",
+        a.addr,
+        "-F",
+        f":{b.port}",
+        "-C",
+        "1ms",
+        "-R",
+        "3000",
+        "-F",
+        f":{c.port}",
+        "-C",
+        "1ms",
+        "-R",
+        "-C",
+        "2ms",
+        "--rs",
+        "2048",
+    )
     assert res["ok"] == 1 and res.lat["min"] >= 4000
     sa, sb, sc = a.stats(), b.stats(), c.stats()
     assert (sa["forwards"], sb["requests"], sc["requests"]) == (2, 1, 1)  # one after the other, not nested
@@ -76,8 +104,10 @@ def test_reply_closes_the_forward_and_sizes_its_reply(dw_node, run_client):
     assert (sb["bytes_out"], sc["bytes_out"], sa["bytes_out"]) == (3000, 48, 2048 + 2 * 62)
 
 
-@pytest.mark.parametrize("skip, n, skipped", [("1,every=2", 10, 5), ("1,every=3", 9, 3), ("1,prob=0,every=2", 10, 0),
-                                              ("2,every=5", 10, 2 * 2)])
+@pytest.mark.parametrize(
+    "skip, n, skipped",
+    [("1,every=2", 10, 5), ("1,every=3", 9, 3), ("1,prob=0,every=2", 10, 0), ("2,every=5", 10, 2 * 2)],
+)
 def test_skip_every_skips_on_every_nth_request(dw_node, run_client, skip, n, skipped):
     """Requests 0, every, 2*every, ... skip; the others run both STOREs."""
     node = dw_node()
@@ -88,8 +118,9 @@ def test_skip_every_skips_on_every_nth_request(dw_node, run_client, skip, n, ski
 def test_skip_every_on_the_forward_shows_in_latencies(dw_node, run_client, tmp_path):
     a, b = dw_node(), dw_node()
     out = tmp_path / "recs.csv"
-    run_client("--to", a.addr, "-C", "1000", "--skip=1,every=2", "-F", f"localhost:{b.port}", "-C", "10ms", "-n",
-               10, "-o", out)
+    run_client(
+        "--to", a.addr, "-C", "1000", "--skip=1,every=2", "-F", f"localhost:{b.port}", "-C", "10ms", "-n", 10, "-o", out
+    )
     lat = [r["latency_us"] for r in read_records(out)]
     assert all(x < 10000 for x in lat[0::2]) and all(x >= 10000 for x in lat[1::2]), lat  # DistWalk's check
 
@@ -112,8 +143,20 @@ def test_sizes_and_offsets_are_drawn_within_their_bounds(binaries, run_client, t
     trace, log = tmp_path / "strace.txt", tmp_path / "node.log"
     env = sanitizer_env()
     env["ASAN_OPTIONS"] += ":detect_leaks=0"  # LeakSanitizer cannot run under ptrace
-    cmd = ["strace", "-f", "-qq", "-e", f"trace={call}", "-o", str(trace), str(binaries["node"]), "-b",
-           "127.0.0.1:0", "-s", str(tmp_path / "data")]
+    cmd = [
+        "strace",
+        "-f",
+        "-qq",
+        "-e",
+        f"trace={call}",
+        "-o",
+        str(trace),
+        str(binaries["node"]),
+        "-b",
+        "127.0.0.1:0",
+        "-s",
+        str(tmp_path / "data"),
+    ]
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=f, env=env)
     try:
@@ -183,14 +226,37 @@ def test_nd_sets_tcp_nodelay(binaries, dw_node, tmp_path, prog):
         if prog == "client":
             node = dw_node()
             cmd = [str(binaries["client"]), "--to", node.addr, f"--nd={nd}"]
-            subprocess.run(["strace", "-f", "-qq", "-e", "trace=setsockopt", "-o", str(trace), *cmd],
-                           capture_output=True, timeout=60, env=env, check=True)
+            subprocess.run(
+                ["strace", "-f", "-qq", "-e", "trace=setsockopt", "-o", str(trace), *cmd],
+                capture_output=True,
+                timeout=60,
+                env=env,
+                check=True,
+            )
         else:
             log = tmp_path / f"node{nd}.log"
             with open(log, "w") as f:
-                proc = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=setsockopt", "-o", str(trace),
-                                         str(binaries["node"]), "-b", "127.0.0.1:0", "--nd", nd, "-s",
-                                         str(tmp_path / "data")], stdout=f, stderr=f, env=env)
+                proc = subprocess.Popen(
+                    [
+                        "strace",
+                        "-f",
+                        "-qq",
+                        "-e",
+                        "trace=setsockopt",
+                        "-o",
+                        str(trace),
+                        str(binaries["node"]),
+                        "-b",
+                        "127.0.0.1:0",
+                        "--nd",
+                        nd,
+                        "-s",
+                        str(tmp_path / "data"),
+                    ],
+                    stdout=f,
+                    stderr=f,
+                    env=env,
+                )
             for _ in range(500):
                 if LISTEN_RE.findall(log.read_text()):
                     break
@@ -299,12 +365,24 @@ def test_usage_and_help(binaries):
     assert "  -R, --rs, --reply[=[sendfile,]BYTES]" in helped and "--retry-num N" in helped
 
 
-@pytest.mark.parametrize("spec, mean", [  # test_distrib.sh's specs, DistWalk's syntax
-    ("15K", 15000), ("aseq:1000:max=2000", 1499.5), ("aseq:min=1000:max=2000:step=250", 1500),
-    ("gseq:1:max=16", 6.2), ("gseq:min=1:max=16:step=2", 6.2), ("aseq:min=1:max=4:step=-1", 2.5),
-    ("exp:20", 20), ("exp:20:min=10:max=40", None), ("norm:20:std=5", 20), ("lognorm:3:std=1", 3),
-    ("lognorm:xavg=3:xstd=1", 33.115), ("gamma:20:k=2:scale=2", 4), ("unif:min=20:max=40", 30),
-])
+@pytest.mark.parametrize(
+    "spec, mean",
+    [  # test_distrib.sh's specs, DistWalk's syntax
+        ("15K", 15000),
+        ("aseq:1000:max=2000", 1499.5),
+        ("aseq:min=1000:max=2000:step=250", 1500),
+        ("gseq:1:max=16", 6.2),
+        ("gseq:min=1:max=16:step=2", 6.2),
+        ("aseq:min=1:max=4:step=-1", 2.5),
+        ("exp:20", 20),
+        ("exp:20:min=10:max=40", None),
+        ("norm:20:std=5", 20),
+        ("lognorm:3:std=1", 3),
+        ("lognorm:xavg=3:xstd=1", 33.115),
+        ("gamma:20:k=2:scale=2", 4),
+        ("unif:min=20:max=40", 30),
+    ],
+)
 def test_distwalk_value_specs(binaries, spec, mean):
     got = json.loads(run(binaries, "client", "--sample", spec, "-n", 20000, "--seed", 5).stdout)
     if mean is None:

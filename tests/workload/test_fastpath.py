@@ -137,8 +137,9 @@ def test_busy_poll_client_times_out_a_silent_node(run_client):
     threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
     try:
         start = time.monotonic()
-        res = run_client("--to", f"127.0.0.1:{server.getsockname()[1]}", "-r", "100", "-n", 20, "--busy-poll",
-                         "--timeout", "200ms")
+        res = run_client(
+            "--to", f"127.0.0.1:{server.getsockname()[1]}", "-r", "100", "-n", 20, "--busy-poll", "--timeout", "200ms"
+        )
         assert res["timeout"] == 20 and res["ok"] == 0 and res.lat["count"] == 0
         assert time.monotonic() - start < 3  # 190 ms of sending + 200 ms of waiting, not the 10 s default
     finally:
@@ -152,8 +153,20 @@ def test_fifo_spinners_on_one_core_still_obey_signals(binaries, tmp_path):
     # Every thread at SCHED_FIFO on one core: the spinning worker must yield
     # to the thread that waits for signals, or SIGTERM is never handled.
     log = tmp_path / "node.log"
-    cmd = ["chrt", "-f", "1", "taskset", "-c", "0", str(binaries["node"]), "-b", "127.0.0.1:0",
-           "-s", str(tmp_path / "storage"), "--busy-poll"]
+    cmd = [
+        "chrt",
+        "-f",
+        "1",
+        "taskset",
+        "-c",
+        "0",
+        str(binaries["node"]),
+        "-b",
+        "127.0.0.1:0",
+        "-s",
+        str(tmp_path / "storage"),
+        "--busy-poll",
+    ]
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=f, env=sanitizer_env())
     try:
@@ -210,13 +223,17 @@ def test_busy_poll_for_keeps_threads_awake_between_requests(binaries, start_node
     assert blocking >= 350 and spinning <= 250, (blocking, spinning)
 
 
-@pytest.mark.parametrize("prog, arg, message", [
-    ("node", "2s", "--busy-poll-for: '2s' is not within 0..1s"),
-    ("client", "-1us", "--busy-poll-for: '-1us' is not within 0..1s"),
-])
+@pytest.mark.parametrize(
+    "prog, arg, message",
+    [
+        ("node", "2s", "--busy-poll-for: '2s' is not within 0..1s"),
+        ("client", "-1us", "--busy-poll-for: '-1us' is not within 0..1s"),
+    ],
+)
 def test_busy_poll_for_bounds(binaries, prog, arg, message):
-    proc = subprocess.run([str(binaries[prog]), "--busy-poll-for", arg], capture_output=True, text=True, timeout=10,
-                          env=sanitizer_env())
+    proc = subprocess.run(
+        [str(binaries[prog]), "--busy-poll-for", arg], capture_output=True, text=True, timeout=10, env=sanitizer_env()
+    )
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 

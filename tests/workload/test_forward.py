@@ -41,8 +41,7 @@ def test_quorum_three_of_three_waits_for_the_slow_one(start_node, run_client):
 
 def test_target_down_gives_err_well_within_the_timeout(start_node, run_client):
     gateway = start_node()
-    res = run_client("--to", gateway.addr, "-F", f"127.0.0.1:{closed_port()},timeout=2s,retry=2", "-C", "0",
-                     "-n", 5)
+    res = run_client("--to", gateway.addr, "-F", f"127.0.0.1:{closed_port()},timeout=2s,retry=2", "-C", "0", "-n", 5)
     assert (res["ok"], res["err"], res["timeout"]) == (0, 5, 0)
     assert res.lat["max"] < 1_000_000
     stats = gateway.stats()
@@ -51,8 +50,9 @@ def test_target_down_gives_err_well_within_the_timeout(start_node, run_client):
 
 def test_slow_target_times_out_after_each_retry(start_node, run_client):
     gateway, slow = start_node(), start_node()
-    res = run_client("--to", gateway.addr, "-F", f"{slow.addr},timeout=50ms,retry=1", "-C", "300ms", "-n", 2,
-                     timeout=60)
+    res = run_client(
+        "--to", gateway.addr, "-F", f"{slow.addr},timeout=50ms,retry=1", "-C", "300ms", "-n", 2, timeout=60
+    )
     # The gateway answers with status TIMEOUT: a reply, so its latency is measured too.
     assert (res["ok"], res["timeout"], res["err"]) == (0, 2, 0) and res.lat["count"] == 2
     stats = gateway.stats()

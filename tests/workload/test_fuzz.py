@@ -22,9 +22,19 @@ def test_decoder_survives_bounded_fuzzing(tmp_path):
     corpus.mkdir()
     for i, seed in enumerate(seeds()):
         (corpus / f"seed{i}").write_bytes(seed)
-    run = subprocess.run([str(WORKLOAD / "build" / "fuzz" / "fuzz_decode"), "-max_total_time=45", "-timeout=10",
-                          "-rss_limit_mb=1024", f"-artifact_prefix={tmp_path}/", str(corpus)],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            str(WORKLOAD / "build" / "fuzz" / "fuzz_decode"),
+            "-max_total_time=45",
+            "-timeout=10",
+            "-rss_limit_mb=1024",
+            f"-artifact_prefix={tmp_path}/",
+            str(corpus),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Done" in run.stderr
     assert not list(tmp_path.glob("crash-*"))

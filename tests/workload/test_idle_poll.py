@@ -42,9 +42,28 @@ def test_the_node_runs_a_spinner_on_each_of_its_cpus_and_serves_as_before(start_
 def test_the_client_keeps_only_the_cpus_it_was_given_awake(binaries, start_node):
     node = start_node()
     cpu = sorted(os.sched_getaffinity(0))[0]
-    client = subprocess.Popen(["taskset", "-c", str(cpu), str(binaries["client"]), "--idle-poll", "--to", node.addr,
-                               "-C", "0", "-n", "300", "-r", "100", "--json"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=sanitizer_env())
+    client = subprocess.Popen(
+        [
+            "taskset",
+            "-c",
+            str(cpu),
+            str(binaries["client"]),
+            "--idle-poll",
+            "--to",
+            node.addr,
+            "-C",
+            "0",
+            "-n",
+            "300",
+            "-r",
+            "100",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=sanitizer_env(),
+    )
     try:
         time.sleep(1.0)
         assert list(spinners(client.pid).values()) == [str(cpu)]

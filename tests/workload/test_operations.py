@@ -31,8 +31,7 @@ def test_compute_wall_mode_and_zero(start_node, run_client):
 
 def test_load_and_store_reach_the_storage_thread(start_node, run_client, tmp_path):
     node = start_node()
-    res = run_client("--to", node.addr, "--store-offset", "4k", "-S", "8k", "--load-offset", "4k", "-L", "8k",
-                     "-n", 25)
+    res = run_client("--to", node.addr, "--store-offset", "4k", "-S", "8k", "--load-offset", "4k", "-L", "8k", "-n", 25)
     assert res["ok"] == 25
     stats = node.stats()
     assert stats["stores"] == 25 and stats["loads"] == 25
@@ -50,8 +49,24 @@ def test_forward_chain_runs_on_the_second_node(start_node, run_client):
 
 def test_forward_nests_three_levels_and_fwd_end_returns(start_node, run_client):
     a, b, c = start_node(), start_node(), start_node()
-    res = run_client("--to", a.addr, "-F", b.addr, "-F", c.addr, "-C", "1ms", "--fwd-end", "-C", "1ms",
-                     "--fwd-end", "-C", "1ms", "-n", 5)
+    res = run_client(
+        "--to",
+        a.addr,
+        "-F",
+        b.addr,
+        "-F",
+        c.addr,
+        "-C",
+        "1ms",
+        "--fwd-end",
+        "-C",
+        "1ms",
+        "--fwd-end",
+        "-C",
+        "1ms",
+        "-n",
+        5,
+    )
     assert res["ok"] == 5 and res.lat["min"] >= 3000
     assert [n.stats()["requests"] for n in (a, b, c)] == [5, 5, 5]
 

@@ -33,8 +33,9 @@ def step_rates(times, step_us, nsteps):
 def test_rate_ramp_steps_within_one_percent(start_node, run_client, tmp_path):
     node = start_node()
     out = tmp_path / "ramp.csv"
-    res = run_client("--to", node.addr, "-C", "0", "-r", "aseq:min=250,max=1000,step=250", "--rss", "2s",
-                     "-n", 5000, "-o", out)
+    res = run_client(
+        "--to", node.addr, "-C", "0", "-r", "aseq:min=250,max=1000,step=250", "--rss", "2s", "-n", 5000, "-o", out
+    )
     assert res["ok"] == 5000
     rates, counts = step_rates(sends(out), 2e6, 4)
     for got, want in zip(rates, (250, 500, 750, 1000)):
@@ -89,9 +90,13 @@ def test_a_late_sender_is_reported_as_send_lateness_not_hidden(binaries, start_n
     from wl_support import sanitizer_env
 
     node = start_node()
-    client = subprocess.Popen([str(binaries["client"]), "--to", node.addr, "-C", "0", "-r", "1000", "-n", "1500",
-                               "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=sanitizer_env())
+    client = subprocess.Popen(
+        [str(binaries["client"]), "--to", node.addr, "-C", "0", "-r", "1000", "-n", "1500", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=sanitizer_env(),
+    )
     time.sleep(0.5)
     client.send_signal(signal.SIGSTOP)
     time.sleep(0.3)

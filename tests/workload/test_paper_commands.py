@@ -83,8 +83,9 @@ def test_replication_quorum(start_node, run_client):
     node0 = start_node()
     replicas = [start_node() for _ in range(3)]
     names = {f"node{i + 1}": r for i, r in enumerate(replicas)}
-    res = run_client(*resolve(node0=node0, **names),
-                     *"--to node0 -F node1,node2,node3,2 -S 10k,sync -r 5 -n 30".split())
+    res = run_client(
+        *resolve(node0=node0, **names), *"--to node0 -F node1,node2,node3,2 -S 10k,sync -r 5 -n 30".split()
+    )
     assert res["ok"] == 30
     assert node0.stats()["forwards"] == 90
     time.sleep(0.5)  # the third, unawaited store of the last request may still be running
@@ -102,9 +103,12 @@ def test_load_balanced_sessions(start_node, run_client):
 
 def test_parent_accept_mode_http_emulation(start_node, run_client):
     node = start_node(*"--nt 3 --am parent".split())
-    res = run_client("--to", node.addr,
-                     *"--load-offset 0 -L 10918 -C 1000 --ps 76 --rs 11192 -r 85 -n 5000 --ns 5000".split(),
-                     timeout=300)
+    res = run_client(
+        "--to",
+        node.addr,
+        *"--load-offset 0 -L 10918 -C 1000 --ps 76 --rs 11192 -r 85 -n 5000 --ns 5000".split(),
+        timeout=300,
+    )
     assert res["ok"] == 5000
     stats = node.stats()
     assert stats["accepted"] == 5000 and stats["loads"] == 5000

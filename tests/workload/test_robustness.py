@@ -86,7 +86,7 @@ def test_truncated_request_is_counted(start_node):
 
 def test_oversized_request_closes_before_its_body(start_node):
     node = start_node()
-    head = wire.request(wire.chain(), length=300 << 20)[:wire.HDR.size]
+    head = wire.request(wire.chain(), length=300 << 20)[: wire.HDR.size]
     send_and_expect_close(node, head)
     assert node.stats()["oversized"] == 1
     still_serves(node)
@@ -189,8 +189,13 @@ def test_sigusr1_reports_live_counters(start_node, run_client):
 
 def test_client_stops_on_sigint_and_still_reports(start_node, binaries):
     node = start_node()
-    proc = subprocess.Popen([str(binaries["client"]), "--to", node.addr, "-r", "1000", "-n", "100000", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=sanitizer_env())
+    proc = subprocess.Popen(
+        [str(binaries["client"]), "--to", node.addr, "-r", "1000", "-n", "100000", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=sanitizer_env(),
+    )
     time.sleep(1.0)
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)

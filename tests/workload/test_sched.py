@@ -38,8 +38,9 @@ def need_root():
         pytest.skip("real-time and deadline policies need root (CAP_SYS_NICE)")
 
 
-@pytest.mark.parametrize("spec, policy, nice, rtprio", [("other:5", "other", 5, 0), ("rr:10", "rr", 0, 10),
-                                                         ("fifo:1", "fifo", 0, 1)])
+@pytest.mark.parametrize(
+    "spec, policy, nice, rtprio", [("other:5", "other", 5, 0), ("rr:10", "rr", 0, 10), ("fifo:1", "fifo", 0, 1)]
+)
 def test_policy_reaches_the_worker(start_node, run_client, spec, policy, nice, rtprio):
     if policy != "other":
         need_root()
@@ -74,8 +75,13 @@ def test_sched_deadline_applies_and_is_enforced(start_node, run_client):
 
 
 def test_deadline_with_pinning_is_refused_up_front(binaries):
-    proc = subprocess.run([str(binaries["node"]), "-b", "127.0.0.1:0", "--sched", "deadline:1000,10000,10000",
-                           "-c", "0"], capture_output=True, text=True, timeout=10, env=sanitizer_env())
+    proc = subprocess.run(
+        [str(binaries["node"]), "-b", "127.0.0.1:0", "--sched", "deadline:1000,10000,10000", "-c", "0"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        env=sanitizer_env(),
+    )
     assert proc.returncode == 2
     assert "--sched deadline cannot be combined with -c" in proc.stderr
 
@@ -86,24 +92,38 @@ def test_refused_policy_stops_the_node(binaries, tmp_path):
     need_root()
     if os.cpu_count() < 2:
         pytest.skip("pinning to CPU 0 narrows nothing on a one-CPU machine")
-    cmd = ["taskset", "-c", "0", str(binaries["node"]), "-b", "127.0.0.1:0", "-s", str(tmp_path / "s"),
-           "--sched", "deadline:1000,10000,10000"]
+    cmd = [
+        "taskset",
+        "-c",
+        "0",
+        str(binaries["node"]),
+        "-b",
+        "127.0.0.1:0",
+        "-s",
+        str(tmp_path / "s"),
+        "--sched",
+        "deadline:1000,10000,10000",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=20, env=sanitizer_env())
     assert proc.returncode == 1, proc.stderr
     assert "worker 0: sched_setattr SCHED_DEADLINE 1000000/10000000/10000000 ns: Operation not permitted" in proc.stderr
     assert "listening on" not in proc.stderr
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("deadline:20,10,100", "expected 1us <= RUNTIME <= DEADLINE <= PERIOD"),
-    ("deadline:20,100", "deadline needs RUNTIME,DEADLINE,PERIOD"),
-    ("deadline:1,2,3,4", "deadline takes exactly RUNTIME,DEADLINE,PERIOD"),
-    ("fifo:100", "'100' is not a whole number within 1..99"),
-    ("other:x", "'x' is not a whole number within -20..19"),
-    ("idle:1", "policy must be other, rr, fifo or deadline"),
-    ("fifo", "expected other:NICE, rr:PRIO, fifo:PRIO or deadline:RUNTIME,DEADLINE,PERIOD"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("deadline:20,10,100", "expected 1us <= RUNTIME <= DEADLINE <= PERIOD"),
+        ("deadline:20,100", "deadline needs RUNTIME,DEADLINE,PERIOD"),
+        ("deadline:1,2,3,4", "deadline takes exactly RUNTIME,DEADLINE,PERIOD"),
+        ("fifo:100", "'100' is not a whole number within 1..99"),
+        ("other:x", "'x' is not a whole number within -20..19"),
+        ("idle:1", "policy must be other, rr, fifo or deadline"),
+        ("fifo", "expected other:NICE, rr:PRIO, fifo:PRIO or deadline:RUNTIME,DEADLINE,PERIOD"),
+    ],
+)
 def test_bad_sched_specs(binaries, spec, message):
-    proc = subprocess.run([str(binaries["node"]), "--sched", spec], capture_output=True, text=True, timeout=10,
-                          env=sanitizer_env())
+    proc = subprocess.run(
+        [str(binaries["node"]), "--sched", spec], capture_output=True, text=True, timeout=10, env=sanitizer_env()
+    )
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr

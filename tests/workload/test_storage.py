@@ -38,8 +38,20 @@ def test_psync_flushes_periodically(start_node, run_client):
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (deps/apt-workload.txt)")
 def test_strace_sees_one_fsync_per_sync_store(binaries, run_client, tmp_path):
     log, trace = tmp_path / "node.log", tmp_path / "strace.txt"
-    cmd = ["strace", "-f", "-qq", "-e", "trace=fsync", "-o", str(trace), str(binaries["node"]), "-b", "127.0.0.1:0",
-           "-s", str(tmp_path / "data")]
+    cmd = [
+        "strace",
+        "-f",
+        "-qq",
+        "-e",
+        "trace=fsync",
+        "-o",
+        str(trace),
+        str(binaries["node"]),
+        "-b",
+        "127.0.0.1:0",
+        "-s",
+        str(tmp_path / "data"),
+    ]
     env = sanitizer_env()
     env["ASAN_OPTIONS"] += ":detect_leaks=0"  # LeakSanitizer cannot run under ptrace
     with open(log, "w") as f:
@@ -68,8 +80,9 @@ def test_strace_sees_one_fsync_per_sync_store(binaries, run_client, tmp_path):
 
 def test_odirect_handles_unaligned_offsets_and_sizes(start_node, run_client, tmp_path):
     node = start_node("--odirect")
-    res = run_client("--to", node.addr, "--store-offset", "123", "-S", "1000,sync", "--load-offset", "5000",
-                     "-L", "777", "-n", 20)
+    res = run_client(
+        "--to", node.addr, "--store-offset", "123", "-S", "1000,sync", "--load-offset", "5000", "-L", "777", "-n", 20
+    )
     assert res["ok"] == 20
     stats = node.stats()
     assert stats["storage_errors"] == 0 and stats["stores"] == 20 and stats["loads"] == 20

@@ -25,8 +25,13 @@ def store(node, nbytes=8192):
 def refused_start(binaries, *args, tmpdir):
     """Run a node that must refuse to start; return its stderr."""
     env = {**sanitizer_env(), "TMPDIR": str(tmpdir)}
-    proc = subprocess.run([str(binaries["node"]), "-b", "127.0.0.1:0", *map(str, args)], capture_output=True,
-                          text=True, timeout=20, env=env)
+    proc = subprocess.run(
+        [str(binaries["node"]), "-b", "127.0.0.1:0", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env=env,
+    )
     assert proc.returncode == 1, proc.stderr
     assert "Sanitizer" not in proc.stderr and "listening" not in proc.stderr
     return proc.stderr

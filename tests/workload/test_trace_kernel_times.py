@@ -43,8 +43,12 @@ LATE_US = 0.6 * (FRONT_US - DB_US)  # a reply that waited for front's other comp
 
 
 def env(run, instance):
-    return {"COLLAPSAR_TRACE_DIR": str(run / "workload"), "COLLAPSAR_SERVICE": instance.split("-")[0],
-            "COLLAPSAR_INSTANCE": instance, "COLLAPSAR_RUN_ID": "kernel-times"}
+    return {
+        "COLLAPSAR_TRACE_DIR": str(run / "workload"),
+        "COLLAPSAR_SERVICE": instance.split("-")[0],
+        "COLLAPSAR_INSTANCE": instance,
+        "COLLAPSAR_RUN_ID": "kernel-times",
+    }
 
 
 def spans_of(run, instance):
@@ -62,9 +66,30 @@ def test_wake_ups_and_busy_workers_are_waits_not_network(binaries, start_node, t
     db = start_node("-c", "1", env=env(run, "db-1"))
     front = start_node("-c", "0", env=env(run, "front-1"))
     client = subprocess.run(
-        [str(binaries["client"]), "--to", front.addr, "-C", f"{FRONT_US}us,wall", "-F", db.addr,
-         "-C", f"{DB_US}us,wall", "--fwd-end", "--nt", str(PAIRS), "-r", "10", "-n", str(PER_PAIR), "--json"],
-        capture_output=True, text=True, timeout=120, env={**sanitizer_env(), **env(run, "client-1")})
+        [
+            str(binaries["client"]),
+            "--to",
+            front.addr,
+            "-C",
+            f"{FRONT_US}us,wall",
+            "-F",
+            db.addr,
+            "-C",
+            f"{DB_US}us,wall",
+            "--fwd-end",
+            "--nt",
+            str(PAIRS),
+            "-r",
+            "10",
+            "-n",
+            str(PER_PAIR),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**sanitizer_env(), **env(run, "client-1")},
+    )
     assert client.returncode == 0, client.stderr
     own = json.loads(client.stdout)
     assert own["ok"] == REQUESTS
@@ -96,10 +121,13 @@ def test_wake_ups_and_busy_workers_are_waits_not_network(binaries, start_node, t
     parts, names = paths.parts, spans.instances
     front_code = names.index("front-1")
     per_request = np.zeros((REQUESTS, 3), np.int64)  # network client -> front, network front -> db, front's wait
-    for column, chosen in enumerate((
+    for column, chosen in enumerate(
+        (
             (parts.kind == NETWORK) & (parts.where == names.index("client-1")),
             (parts.kind == NETWORK) & (parts.where == front_code),
-            (parts.kind == WAIT) & (parts.where == front_code))):
+            (parts.kind == WAIT) & (parts.where == front_code),
+        )
+    ):
         np.add.at(per_request[:, column], parts.request[chosen], parts.ns[chosen])
     to_front, to_db, front_wait = (per_request[:, k] / 1e3 for k in range(3))  # us
     # Timed at the read, half the requests had 10-15 ms on one hop or the other.
@@ -112,17 +140,27 @@ def test_wake_ups_and_busy_workers_are_waits_not_network(binaries, start_node, t
     assert sums.astype(np.int64).tolist() == paths.requests.duration.tolist()
 
     # What collapsar trace says: loopback hops, the wait at front and the client's own.
-    done = subprocess.run([sys.executable, "-m", "collapsar.cli", "trace", str(run), "--json"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "collapsar.cli", "trace", str(run), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     (mine,) = summary["clients"]
     # The latency is the application's: a request's span still ends at the client's read.
     assert abs(mine["p50_ms"] - own["latency_us"]["p50"] / 1000) <= 0.01 * mine["p50_ms"]
     rows = {(b["kind"], b.get("instance") or (b["from"], b["to"])): b for b in summary["breakdown"]}
-    assert set(rows) == {("network", ("client-1", "front-1")), ("wait", "front-1"), ("compute", "front-1"),
-                         ("network", ("front-1", "db-1")), ("wait", "db-1"), ("compute", "db-1"),
-                         ("wait", "client-1")}
+    assert set(rows) == {
+        ("network", ("client-1", "front-1")),
+        ("wait", "front-1"),
+        ("compute", "front-1"),
+        ("network", ("front-1", "db-1")),
+        ("wait", "db-1"),
+        ("compute", "db-1"),
+        ("wait", "client-1"),
+    }
     for hop in (("client-1", "front-1"), ("front-1", "db-1")):
         assert 0 < rows[("network", hop)]["median_ms"] < 0.2, rows[("network", hop)]
     assert rows[("wait", "front-1")]["median_ms"] >= LATE_US / 1000, rows[("wait", "front-1")]
@@ -157,16 +195,34 @@ def test_without_kernel_times_spans_are_timed_at_the_read(binaries, start_node, 
     (tmp_path / "refuse.c").write_text(REFUSE_TIMESTAMPS)
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "refuse.c"), "-ldl"], check=True)
     # The shim comes before the sanitizers' runtime: tell ASan that is meant.
-    refused = {"LD_PRELOAD": str(shim),
-               "ASAN_OPTIONS": sanitizer_env()["ASAN_OPTIONS"] + ":verify_asan_link_order=0"}
+    refused = {"LD_PRELOAD": str(shim), "ASAN_OPTIONS": sanitizer_env()["ASAN_OPTIONS"] + ":verify_asan_link_order=0"}
     run = tmp_path / "run"
     (run / "workload").mkdir(parents=True)
     db = start_node(env={**env(run, "db-1"), **refused})
     front = start_node(env={**env(run, "front-1"), **refused})
     client = subprocess.run(
-        [str(binaries["client"]), "--to", front.addr, "-C", "100us,wall", "-F", db.addr, "-C", "100us,wall",
-         "--fwd-end", "-r", "100", "-n", "20", "--json"],
-        capture_output=True, text=True, timeout=120, env={**sanitizer_env(), **env(run, "client-1"), **refused})
+        [
+            str(binaries["client"]),
+            "--to",
+            front.addr,
+            "-C",
+            "100us,wall",
+            "-F",
+            db.addr,
+            "-C",
+            "100us,wall",
+            "--fwd-end",
+            "-r",
+            "100",
+            "-n",
+            "20",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**sanitizer_env(), **env(run, "client-1"), **refused},
+    )
     assert client.returncode == 0, client.stderr
     assert json.loads(client.stdout)["ok"] == 20
     assert front.stop() == 0 and db.stop() == 0
@@ -177,8 +233,12 @@ def test_without_kernel_times_spans_are_timed_at_the_read(binaries, start_node, 
     assert len([s for s in serves if s["name"] == "serve"]) == 40
     assert {s["attrs"]["wl.socket_us"] for s in serves if s["name"] == "serve"} == {0}
     assert {s["attrs"]["wl.reply.wait_us"] for s in spans_of(run, "client-1")} == {0}
-    done = subprocess.run([sys.executable, "-m", "collapsar.cli", "trace", str(run), "--json"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "collapsar.cli", "trace", str(run), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["incomplete"] == 0 and summary["clients"][0]["by_status"]["ok"] == 20

@@ -19,13 +19,23 @@ RUN_ID = "run-42"
 
 
 def run_env(tmp_path, service, instance):
-    return {"COLLAPSAR_TRACE_DIR": str(tmp_path / "run"), "COLLAPSAR_SERVICE": service,
-            "COLLAPSAR_INSTANCE": instance, "COLLAPSAR_RUN_ID": RUN_ID}
+    return {
+        "COLLAPSAR_TRACE_DIR": str(tmp_path / "run"),
+        "COLLAPSAR_SERVICE": service,
+        "COLLAPSAR_INSTANCE": instance,
+        "COLLAPSAR_RUN_ID": RUN_ID,
+    }
 
 
 def start_client(binaries, *args, env=None):
-    return subprocess.Popen([str(binaries["client"]), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**sanitizer_env(), **(env or {})}, umask=0o022)
+    return subprocess.Popen(
+        [str(binaries["client"]), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**sanitizer_env(), **(env or {})},
+        umask=0o022,
+    )
 
 
 def finish(proc, timeout=120):
@@ -59,12 +69,48 @@ def test_spans_name_every_process_op_and_parent(binaries, start_node, tmp_path):
     slow = start_node(env=run_env(tmp_path, "slow", "slow-1"))
     front = start_node(env=run_env(tmp_path, "front", "front-1"))
     targets = [db.addr, cache.addr, slow.addr]
-    proc = start_client(binaries, "--to", front.addr, "-C", "1ms,wall", "--skip", "1", "-C", "900ms",
-                        "-F", ",".join(targets) + ",nack=2,timeout=2s,retry=1,ps=600,rs=64,branch",
-                        "-C", "2ms", "--store-offset", "8k", "-S", "4k,sync", "--next-branch",
-                        "--load-offset", "4k", "-L", "1k", "--next-branch", "-C", "300ms,wall", "--fwd-end",
-                        "--store-offset", "16k", "-S", "2k,psync", "--ps", "1000", "--rs", "100",
-                        "-r", "10", "-n", "2", "--json", env=run_env(tmp_path, "shop", "client-1"))
+    proc = start_client(
+        binaries,
+        "--to",
+        front.addr,
+        "-C",
+        "1ms,wall",
+        "--skip",
+        "1",
+        "-C",
+        "900ms",
+        "-F",
+        ",".join(targets) + ",nack=2,timeout=2s,retry=1,ps=600,rs=64,branch",
+        "-C",
+        "2ms",
+        "--store-offset",
+        "8k",
+        "-S",
+        "4k,sync",
+        "--next-branch",
+        "--load-offset",
+        "4k",
+        "-L",
+        "1k",
+        "--next-branch",
+        "-C",
+        "300ms,wall",
+        "--fwd-end",
+        "--store-offset",
+        "16k",
+        "-S",
+        "2k,psync",
+        "--ps",
+        "1000",
+        "--rs",
+        "100",
+        "-r",
+        "10",
+        "-n",
+        "2",
+        "--json",
+        env=run_env(tmp_path, "shop", "client-1"),
+    )
     code, out, err = finish(proc)
     assert code == 0, err
     assert json.loads(out)["ok"] == 2
@@ -77,19 +123,37 @@ def test_spans_name_every_process_op_and_parent(binaries, start_node, tmp_path):
     for inst, service in services.items():
         for resource, scope, _ in wl_otlp.read_spans(run / f"{inst}.spans.jsonl"):
             assert scope == "collapsar-workload"
-            assert resource == {"service.name": service, "service.instance.id": inst,
-                                "collapsar.run_id": RUN_ID, "process.pid": pids[inst]}
+            assert resource == {
+                "service.name": service,
+                "service.instance.id": inst,
+                "collapsar.run_id": RUN_ID,
+                "process.pid": pids[inst],
+            }
     traces = by_trace(run / f"{inst}.spans.jsonl" for inst in services)
     assert len(traces) == 2
     request_ids = set()
     for spans in traces.values():
         assert len({s["spanId"] for _, s in spans}) == len(spans)
         names = sorted((inst, s["name"]) for inst, s in spans)
-        assert names == sorted([("client-1", "request"), ("front-1", "serve"), ("front-1", "compute"),
-                                ("front-1", "forward"), ("front-1", "forward.send"), ("front-1", "forward.send"),
-                                ("front-1", "forward.send"), ("front-1", "store"), ("db-1", "serve"),
-                                ("db-1", "compute"), ("db-1", "store"), ("cache-1", "serve"), ("cache-1", "load"),
-                                ("slow-1", "serve"), ("slow-1", "compute")])
+        assert names == sorted(
+            [
+                ("client-1", "request"),
+                ("front-1", "serve"),
+                ("front-1", "compute"),
+                ("front-1", "forward"),
+                ("front-1", "forward.send"),
+                ("front-1", "forward.send"),
+                ("front-1", "forward.send"),
+                ("front-1", "store"),
+                ("db-1", "serve"),
+                ("db-1", "compute"),
+                ("db-1", "store"),
+                ("cache-1", "serve"),
+                ("cache-1", "load"),
+                ("slow-1", "serve"),
+                ("slow-1", "compute"),
+            ]
+        )
 
         def one(inst, name):
             found = [s for i, s in spans if i == inst and s["name"] == name]  # noqa: B023 - called in this iteration
@@ -107,33 +171,68 @@ def test_spans_name_every_process_op_and_parent(binaries, start_node, tmp_path):
         def duration_us(span):
             return (int(span["endTimeUnixNano"]) - int(span["startTimeUnixNano"])) / 1000
 
-        request = check(one("client-1", "request"), 3, None, {
-            "wl.target": front.addr, "wl.attempt": 0, "wl.status": "ok", "wl.request.bytes": 1000,
-            "wl.reply.bytes": 100, "wl.proto": "tcp", "wl.thread": 0, "wl.session": 0})
+        request = check(
+            one("client-1", "request"),
+            3,
+            None,
+            {
+                "wl.target": front.addr,
+                "wl.attempt": 0,
+                "wl.status": "ok",
+                "wl.request.bytes": 1000,
+                "wl.reply.bytes": 100,
+                "wl.proto": "tcp",
+                "wl.thread": 0,
+                "wl.session": 0,
+            },
+        )
         request_ids.add(request["attrs"]["wl.request_id"])
         assert request["attrs"]["wl.send_lateness_us"] >= 0  # open loop (-r)
         # Its reply waited for the client's read; the span still ends at the read.
         assert 0 <= request["attrs"]["wl.reply.wait_us"] <= duration_us(request)
-        serve = check(one("front-1", "serve"), 2, request, {
-            "wl.status": "ok", "wl.request.bytes": 1000, "wl.reply.bytes": 100, "wl.proto": "tcp",
-            "wl.skipped": 1})
+        serve = check(
+            one("front-1", "serve"),
+            2,
+            request,
+            {"wl.status": "ok", "wl.request.bytes": 1000, "wl.reply.bytes": 100, "wl.proto": "tcp", "wl.skipped": 1},
+        )
         assert serve["attrs"]["wl.peer"].startswith("127.0.0.1:")
         # It starts at the kernel's receive of the request, wl.socket_us before the node read it.
         assert 0 <= serve["attrs"]["wl.socket_us"] <= serve["attrs"]["wl.queue_us"]
         # One clock on this host: the client's request encloses the node's serve.
         assert int(request["startTimeUnixNano"]) <= int(serve["startTimeUnixNano"])
         assert int(serve["endTimeUnixNano"]) <= int(request["endTimeUnixNano"])
-        compute = check(one("front-1", "compute"), 1, serve, {
-            "wl.compute.us": 1000, "wl.compute.ns": 1_000_000, "wl.compute.mode": "wall", "wl.status": "ok"})
+        compute = check(
+            one("front-1", "compute"),
+            1,
+            serve,
+            {"wl.compute.us": 1000, "wl.compute.ns": 1_000_000, "wl.compute.mode": "wall", "wl.status": "ok"},
+        )
         assert duration_us(compute) >= 1000
-        forward = check(one("front-1", "forward"), 1, serve, {
-            "wl.forward.targets": targets, "wl.forward.nack": 2, "wl.forward.timeout_us": 2_000_000,
-            "wl.forward.retries": 1, "wl.forward.ok": 2, "wl.forward.failed": 0, "wl.status": "ok"})
+        forward = check(
+            one("front-1", "forward"),
+            1,
+            serve,
+            {
+                "wl.forward.targets": targets,
+                "wl.forward.nack": 2,
+                "wl.forward.timeout_us": 2_000_000,
+                "wl.forward.retries": 1,
+                "wl.forward.ok": 2,
+                "wl.forward.failed": 0,
+                "wl.status": "ok",
+            },
+        )
         sends = {s["attrs"]["wl.target"]: s for i, s in spans if s["name"] == "forward.send"}
         assert sorted(sends) == sorted(targets)
         for node, status in ((db, "ok"), (cache, "ok"), (slow, "abandoned")):
-            check(sends[node.addr], 3, forward, {"wl.attempt": 0, "wl.status": status, "net.peer.name": "127.0.0.1",
-                                                 "net.peer.port": node.port}, code=1 if status == "ok" else 0)
+            check(
+                sends[node.addr],
+                3,
+                forward,
+                {"wl.attempt": 0, "wl.status": status, "net.peer.name": "127.0.0.1", "net.peer.port": node.port},
+                code=1 if status == "ok" else 0,
+            )
         for node in (db, cache):  # a reply came: how long it waited for front to read it
             assert 0 <= sends[node.addr]["attrs"]["wl.reply.wait_us"] <= duration_us(sends[node.addr])
         assert "wl.reply.wait_us" not in sends[slow.addr]["attrs"]  # none came
@@ -142,15 +241,20 @@ def test_spans_name_every_process_op_and_parent(binaries, start_node, tmp_path):
         assert int(store["startTimeUnixNano"]) >= int(forward["endTimeUnixNano"])
         # Each target's serve hangs under the send that reached it, across processes.
         for inst, node in (("db-1", db), ("cache-1", cache), ("slow-1", slow)):
-            far = check(one(inst, "serve"), 2, sends[node.addr], {
-                "wl.status": "ok", "wl.request.bytes": 600, "wl.reply.bytes": 64, "wl.proto": "tcp"})
+            far = check(
+                one(inst, "serve"),
+                2,
+                sends[node.addr],
+                {"wl.status": "ok", "wl.request.bytes": 600, "wl.reply.bytes": 64, "wl.proto": "tcp"},
+            )
             assert far["attrs"]["wl.peer"].startswith("127.0.0.1:") and "wl.skipped" not in far["attrs"]
         check(one("db-1", "compute"), 1, one("db-1", "serve"), {"wl.compute.us": 2000, "wl.compute.mode": "cpu"})
         check(one("db-1", "store"), 1, one("db-1", "serve"), {"wl.bytes": 4096, "wl.offset": 8192, "wl.sync": "sync"})
         load = check(one("cache-1", "load"), 1, one("cache-1", "serve"), {"wl.bytes": 1024, "wl.offset": 4096})
         assert "wl.sync" not in load["attrs"]
-        late = check(one("slow-1", "compute"), 1, one("slow-1", "serve"),
-                     {"wl.compute.us": 300_000, "wl.compute.mode": "wall"})
+        late = check(
+            one("slow-1", "compute"), 1, one("slow-1", "serve"), {"wl.compute.us": 300_000, "wl.compute.mode": "wall"}
+        )
         assert duration_us(late) >= 300_000
         assert int(one("slow-1", "serve")["endTimeUnixNano"]) > int(sends[slow.addr]["endTimeUnixNano"])
     assert request_ids == {0, 1}
@@ -215,16 +319,41 @@ def test_run_directory_collects_spans_records_and_summary(binaries, start_node, 
     run.mkdir()
     node = start_node(env=run_env(tmp_path, "front", "front-1"))
     out_csv = tmp_path / "out.csv"
-    code, out, err = finish(start_client(binaries, "--to", node.addr, "-C", "0", "-n", 20, "--nt", 2, "-r", 500,
-                                         "-o", out_csv, "--json", env=run_env(tmp_path, "shop", "client-1")))
+    code, out, err = finish(
+        start_client(
+            binaries,
+            "--to",
+            node.addr,
+            "-C",
+            "0",
+            "-n",
+            20,
+            "--nt",
+            2,
+            "-r",
+            500,
+            "-o",
+            out_csv,
+            "--json",
+            env=run_env(tmp_path, "shop", "client-1"),
+        )
+    )
     assert code == 0, err
     node.stop()
-    assert sorted(p.name for p in run.iterdir()) == ["client-1.requests.csv", "client-1.spans.jsonl",
-                                                      "client-1.summary.json", "front-1.spans.jsonl"]
+    assert sorted(p.name for p in run.iterdir()) == [
+        "client-1.requests.csv",
+        "client-1.spans.jsonl",
+        "client-1.summary.json",
+        "front-1.spans.jsonl",
+    ]
     for path in run.iterdir():
         assert path.stat().st_mode & 0o777 == 0o644, path
     assert json.loads((run / "client-1.summary.json").read_text()) == {
-        **json.loads(out), "instance": "client-1", "service": "shop", "run_id": RUN_ID}
+        **json.loads(out),
+        "instance": "client-1",
+        "service": "shop",
+        "run_id": RUN_ID,
+    }
     rows = (run / "client-1.requests.csv").read_text().splitlines()
     assert rows[0] == "send_us,latency_us,status,thread,session"
     assert sorted(rows[1:]) == sorted(out_csv.read_text().splitlines()[1:])
@@ -239,16 +368,26 @@ def test_run_directory_refuses_names_symlinks_and_existing_files(binaries, start
     for prog in (binaries["node"], binaries["client"]):
         for bad in ("a/b", ".hidden", ""):
             env = {**sanitizer_env(), **run_env(tmp_path, "x", bad)}
-            proc = subprocess.run([str(prog), "-b", "127.0.0.1:0"] if prog == binaries["node"] else [str(prog)],
-                                  capture_output=True, text=True, env=env, timeout=30)
+            proc = subprocess.run(
+                [str(prog), "-b", "127.0.0.1:0"] if prog == binaries["node"] else [str(prog)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=30,
+            )
             assert proc.returncode == 2, (prog, bad, proc.stderr)
             assert len(proc.stderr.splitlines()) == 1 and "COLLAPSAR_INSTANCE" in proc.stderr, proc.stderr
     victim = tmp_path / "victim"
     (run / "evil.spans.jsonl").symlink_to(victim)
     (run / "twice.spans.jsonl").write_text("earlier\n")
     for name in ("evil", "twice"):
-        proc = subprocess.run([str(binaries["node"]), "-b", "127.0.0.1:0"], capture_output=True, text=True,
-                              env={**sanitizer_env(), **run_env(tmp_path, "x", name)}, timeout=30)
+        proc = subprocess.run(
+            [str(binaries["node"]), "-b", "127.0.0.1:0"],
+            capture_output=True,
+            text=True,
+            env={**sanitizer_env(), **run_env(tmp_path, "x", name)},
+            timeout=30,
+        )
         assert proc.returncode == 1 and f"{run}/{name}.spans.jsonl" in proc.stderr, proc.stderr
     assert not victim.exists() and (run / "twice.spans.jsonl").read_text() == "earlier\n"
     # --trace wins over the run directory: nothing is created there.
@@ -261,8 +400,12 @@ def start_raw_node(binaries, tmp_path, env):
     """A node outside the fixture, to be killed: (process, port)."""
     log = tmp_path / "raw-node.log"
     with open(log, "w") as f:
-        proc = subprocess.Popen([str(binaries["node"]), "-b", "127.0.0.1:0", "-s", str(tmp_path / "raw.storage")],
-                                stdout=f, stderr=f, env={**sanitizer_env(), **env})
+        proc = subprocess.Popen(
+            [str(binaries["node"]), "-b", "127.0.0.1:0", "-s", str(tmp_path / "raw.storage")],
+            stdout=f,
+            stderr=f,
+            env={**sanitizer_env(), **env},
+        )
     wait_for(lambda: LISTEN_RE.search(log.read_text()), "the node's port")
     return proc, int(LISTEN_RE.search(log.read_text())[3])
 
@@ -272,8 +415,19 @@ def test_run_directory_is_flushed_every_second_and_at_sigterm(binaries, tmp_path
     run.mkdir()
     node, port = start_raw_node(binaries, tmp_path, run_env(tmp_path, "front", "front-1"))
     try:
-        client = start_client(binaries, "--to", f"127.0.0.1:{port}", "-C", "0", "-r", 20, "-n", 400, "--json",
-                              env=run_env(tmp_path, "shop", "client-1"))
+        client = start_client(
+            binaries,
+            "--to",
+            f"127.0.0.1:{port}",
+            "-C",
+            "0",
+            "-r",
+            20,
+            "-n",
+            400,
+            "--json",
+            env=run_env(tmp_path, "shop", "client-1"),
+        )
         csv = run / "client-1.requests.csv"
         # While both run: records and spans reach the files within about a second.
         wait_for(lambda: csv.exists() and len(csv.read_text().splitlines()) > 20, "records in the run directory")

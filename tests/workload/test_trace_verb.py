@@ -23,8 +23,12 @@ REQUESTS = 30
 
 
 def env(run, instance):
-    return {"COLLAPSAR_TRACE_DIR": str(run / "workload"), "COLLAPSAR_SERVICE": instance.split("-")[0],
-            "COLLAPSAR_INSTANCE": instance, "COLLAPSAR_RUN_ID": "trace-verb"}
+    return {
+        "COLLAPSAR_TRACE_DIR": str(run / "workload"),
+        "COLLAPSAR_SERVICE": instance.split("-")[0],
+        "COLLAPSAR_INSTANCE": instance,
+        "COLLAPSAR_RUN_ID": "trace-verb",
+    }
 
 
 def test_trace_follows_the_reply_that_completed_the_quorum(binaries, start_node, tmp_path):
@@ -36,34 +40,82 @@ def test_trace_follows_the_reply_that_completed_the_quorum(binaries, start_node,
     os.kill(nodes["slow-1"].proc.pid, signal.SIGSTOP)
     try:
         client = subprocess.run(
-            [str(binaries["client"]), "--to", nodes["front-1"].addr, "-C", "2ms,wall",
-             "-F", f"{nodes['db-1'].addr},{nodes['cache-1'].addr},{nodes['slow-1'].addr},nack=2,branch",
-             "-C", "1ms,wall", "--next-branch", "-C", "3ms,wall", "--next-branch", "-C", "20ms,wall", "--fwd-end",
-             "-r", "10", "-n", str(REQUESTS), "--json"],
-            capture_output=True, text=True, timeout=120, env={**sanitizer_env(), **env(run, "client-1")})
+            [
+                str(binaries["client"]),
+                "--to",
+                nodes["front-1"].addr,
+                "-C",
+                "2ms,wall",
+                "-F",
+                f"{nodes['db-1'].addr},{nodes['cache-1'].addr},{nodes['slow-1'].addr},nack=2,branch",
+                "-C",
+                "1ms,wall",
+                "--next-branch",
+                "-C",
+                "3ms,wall",
+                "--next-branch",
+                "-C",
+                "20ms,wall",
+                "--fwd-end",
+                "-r",
+                "10",
+                "-n",
+                str(REQUESTS),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**sanitizer_env(), **env(run, "client-1")},
+        )
     finally:
         os.kill(nodes["slow-1"].proc.pid, signal.SIGCONT)
     assert client.returncode == 0, client.stderr
     own = json.loads(client.stdout)
     for node in nodes.values():
         assert node.stop() == 0
-    done = subprocess.run([sys.executable, "-m", "collapsar.cli", "trace", str(run), "--json"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "collapsar.cli", "trace", str(run), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     (mine,) = summary["clients"]
-    assert (mine["instance"], mine["count"], mine["by_status"]) == ("client-1", REQUESTS, {
-        "ok": REQUESTS, "error": 0, "timeout": 0})
+    assert (mine["instance"], mine["count"], mine["by_status"]) == (
+        "client-1",
+        REQUESTS,
+        {"ok": REQUESTS, "error": 0, "timeout": 0},
+    )
     assert summary["incomplete"] == 0
     # The client's own p50 comes from a histogram with < 0.8% error.
     assert abs(mine["p50_ms"] - own["latency_us"]["p50"] / 1000) <= 0.01 * mine["p50_ms"]
     parts = {(b["kind"], b.get("instance") or (b["from"], b["to"])): b for b in summary["breakdown"]}
-    assert {("network", ("client-1", "front-1")), ("wait", "front-1"), ("compute", "front-1"),
-            ("network", ("front-1", "cache-1")), ("wait", "cache-1"), ("compute", "cache-1"),
-            ("wait", "client-1")} <= set(parts) <= {
-        ("network", ("client-1", "front-1")), ("wait", "front-1"), ("compute", "front-1"),
-        ("network", ("front-1", "cache-1")), ("wait", "cache-1"), ("compute", "cache-1"),
-        ("network", ("front-1", "db-1")), ("wait", "db-1"), ("compute", "db-1"), ("wait", "client-1")}
+    assert (
+        {
+            ("network", ("client-1", "front-1")),
+            ("wait", "front-1"),
+            ("compute", "front-1"),
+            ("network", ("front-1", "cache-1")),
+            ("wait", "cache-1"),
+            ("compute", "cache-1"),
+            ("wait", "client-1"),
+        }
+        <= set(parts)
+        <= {
+            ("network", ("client-1", "front-1")),
+            ("wait", "front-1"),
+            ("compute", "front-1"),
+            ("network", ("front-1", "cache-1")),
+            ("wait", "cache-1"),
+            ("compute", "cache-1"),
+            ("network", ("front-1", "db-1")),
+            ("wait", "db-1"),
+            ("compute", "db-1"),
+            ("wait", "client-1"),
+        }
+    )
     assert parts[("wait", "client-1")]["count"] == REQUESTS  # its wake-up to read each reply
     hops = [parts.get(("network", ("front-1", target)), {}).get("count", 0) for target in ("cache-1", "db-1")]
     assert sum(hops) == REQUESTS and hops[0] > 0  # one critical target per request, never slow-1

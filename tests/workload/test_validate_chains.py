@@ -74,10 +74,16 @@ def test_bad_chains_are_reported_in_the_parsers_words(asan_build):
 
 
 def test_validate_exits_2_with_one_line_per_problem(release_build, tmp_path):
-    (tmp_path / "bad.yaml").write_text("services:\n  db: {workload: node}\n"
-                                       "  c:\n    command: [wl-client, --to, db, -F, dbx]\n")
-    done = subprocess.run([sys.executable, "-m", "collapsar.cli", "validate", "bad.yaml"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    (tmp_path / "bad.yaml").write_text(
+        "services:\n  db: {workload: node}\n  c:\n    command: [wl-client, --to, db, -F, dbx]\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "collapsar.cli", "validate", "bad.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == ("bad.yaml:4: service c: command: wl-client: -F: unknown target 'dbx' "
-                           "(not one of --names)\n")
+    assert done.stderr == ("bad.yaml:4: service c: command: wl-client: -F: unknown target 'dbx' (not one of --names)\n")

@@ -66,7 +66,7 @@ def check_line(line):
 
 def attr_value(value):
     """An OTLP AnyValue as Python: intValue (a decimal string in JSON) as int, arrays as lists."""
-    (kind, v), = value.items()
+    ((kind, v),) = value.items()
     if kind == "intValue":
         return int(v)
     if kind == "arrayValue":

@@ -39,5 +39,7 @@ def ask(node, payload):
 
 
 def forward_request(port, req_id=1, sub=None, timeout_us=1_000_000, **target):
-    return wire.request(wire.chain(wire.op_forward([(port, sub or wire.chain())], nack=1, timeout_us=timeout_us,
-                                                   **target)), req_id=req_id)
+    return wire.request(
+        wire.chain(wire.op_forward([(port, sub or wire.chain())], nack=1, timeout_us=timeout_us, **target)),
+        req_id=req_id,
+    )

@@ -39,8 +39,7 @@ def op_forward(targets, nack, timeout_us=1_000_000, retries=0, pad=0, reply_len=
     return struct.pack(">BBH", FORWARD, 0, len(body)) + body
 
 
-def request(chain_bytes, req_id=1, reply_len=0, pad=0, msg_type=REQUEST, version=VERSION, magic=MAGIC,
-            length=None):
+def request(chain_bytes, req_id=1, reply_len=0, pad=0, msg_type=REQUEST, version=VERSION, magic=MAGIC, length=None):
     body = struct.pack(">I", reply_len) + chain_bytes + bytes(pad)
     total = HDR.size + len(body) if length is None else length
     return HDR.pack(magic, version, msg_type, 0, total, req_id, bytes(16), bytes(8)) + body
