@@ -19,12 +19,11 @@ on front's CPU kept front from reading for as long.
 
 import json
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import wl_otlp
-from wl_support import sanitizer_env
+from wl_support import sanitizer_env, trace_json
 
 from collapsar.tracing.critical import NETWORK, REPLY_WAIT, WAIT, critical_paths
 from collapsar.tracing.load import read_spans, span_files
@@ -140,14 +139,7 @@ def test_wake_ups_and_busy_workers_are_waits_not_network(binaries, start_node, t
     assert sums.astype(np.int64).tolist() == paths.requests.duration.tolist()
 
     # What collapsar trace says: loopback hops, the wait at front and the client's own.
-    done = subprocess.run(
-        [sys.executable, "-m", "collapsar.cli", "trace", str(run), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout)
+    summary = trace_json(run)
     (mine,) = summary["clients"]
     # The latency is the application's: a request's span still ends at the client's read.
     assert abs(mine["p50_ms"] - own["latency_us"]["p50"] / 1000) <= 0.01 * mine["p50_ms"]
@@ -233,12 +225,5 @@ def test_without_kernel_times_spans_are_timed_at_the_read(binaries, start_node, 
     assert len([s for s in serves if s["name"] == "serve"]) == 40
     assert {s["attrs"]["wl.socket_us"] for s in serves if s["name"] == "serve"} == {0}
     assert {s["attrs"]["wl.reply.wait_us"] for s in spans_of(run, "client-1")} == {0}
-    done = subprocess.run(
-        [sys.executable, "-m", "collapsar.cli", "trace", str(run), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout)
+    summary = trace_json(run)
     assert summary["incomplete"] == 0 and summary["clients"][0]["by_status"]["ok"] == 20

@@ -11,10 +11,9 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 import numpy as np
-from wl_support import sanitizer_env
+from wl_support import sanitizer_env, trace_json
 
 from collapsar.tracing.critical import critical_paths
 from collapsar.tracing.load import read_spans, span_files
@@ -74,14 +73,7 @@ def test_trace_follows_the_reply_that_completed_the_quorum(binaries, start_node,
     own = json.loads(client.stdout)
     for node in nodes.values():
         assert node.stop() == 0
-    done = subprocess.run(
-        [sys.executable, "-m", "collapsar.cli", "trace", str(run), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout)
+    summary = trace_json(run)
     (mine,) = summary["clients"]
     assert (mine["instance"], mine["count"], mine["by_status"]) == (
         "client-1",

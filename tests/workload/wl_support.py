@@ -1,9 +1,12 @@
 """Shared helpers of the workload tests (kept out of conftest.py so that test
 modules import them by a unique name)."""
 
+import json
 import os
 import pathlib
 import re
+import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORKLOAD = ROOT / "workload-node"
@@ -33,3 +36,15 @@ def read_records(path):
         rec["latency_us"] = float(rec["latency_us"])
         out.append(rec)
     return out
+
+
+def trace_json(run_dir):
+    """`collapsar trace RUN_DIR --json`, run as a user runs it; its object."""
+    done = subprocess.run(
+        [sys.executable, "-m", "collapsar.cli", "trace", str(run_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
