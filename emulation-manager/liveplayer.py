@@ -70,10 +70,11 @@ class LivePlayer:
         """Start playing; returns t=0 (monotonic ns).  With `t0_ns`, the
         timeline runs on that t=0 (used when a segment is swapped in)."""
         if t0_ns is None:
-            self.t0_ns = self._segment.start()
+            t0_ns = self._segment.start()
+            self.t0_ns = t0_ns
         else:
             self._run_segment(t0_ns)
-        return self.t0_ns
+        return t0_ns
 
     def _run_segment(self, t0_ns: int) -> None:
         if self.stopped:
@@ -186,6 +187,7 @@ class LivePlayer:
         with self._log_lock:
             self._segment = Player(SimpleNamespace(steps=(base, *later)), self.actuator, self.local)
             self._paused = None
+        assert self.t0_ns is not None  # pause() gives a time >= 0 only once started
         self._run_segment(self.t0_ns)
 
     def _apply_diff(self, before, after) -> None:

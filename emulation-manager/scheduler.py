@@ -133,6 +133,7 @@ class Scheduler:
             preload()
             ready.set()
             go.wait()
+            assert self.t0_ns is not None  # taken before go is set
             self.run(self.t0_ns)
 
         self.thread = threading.Thread(target=body, name="timeline", daemon=True)
