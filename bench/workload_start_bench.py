@@ -25,6 +25,10 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
+from collapsar.tracing.load import REQUEST, read_spans
+
 CLI = [sys.executable, "-m", "collapsar.cli"]
 
 
@@ -45,20 +49,13 @@ def topology(n: int) -> str:
 
 
 def first_requests(trace_dir: pathlib.Path) -> list[float]:
-    """Per client instance, the wall-clock start (s) of its first request span."""
+    """Per client instance, the wall-clock start (s) of its first request span
+    (read as `collapsar trace` reads them)."""
+    spans, _ = read_spans(sorted(trace_dir.glob("*.spans.jsonl")))
+    requests = spans.name == REQUEST
     firsts = []
-    for f in sorted(trace_dir.glob("c*.spans.jsonl")):
-        first = None
-        with open(f) as lines:
-            for line in lines:
-                for rs in json.loads(line).get("resourceSpans", []):
-                    for ss in rs.get("scopeSpans", []):
-                        for span in ss.get("spans", []):
-                            if span["name"] == "request":
-                                t = int(span["startTimeUnixNano"]) / 1e9
-                                first = t if first is None else min(first, t)
-        if first is not None:
-            firsts.append(first)
+    for code in np.unique(spans.inst[requests]):
+        firsts.append(int(spans.start[requests & (spans.inst == code)].min()) / 1e9)
     return firsts
 
 
