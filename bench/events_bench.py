@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from host_timing import HostTimer  # noqa: E402
 
-from collapsar.manager.scheduler import percentile  # noqa: E402
+from collapsar.manager.play.scheduler import percentile  # noqa: E402
 
 CLI = [sys.executable, "-m", "collapsar.cli"]
 IDLE = [f"p{i}" for i in range(1, 9)]

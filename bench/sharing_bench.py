@@ -57,9 +57,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from collapsar.manager.metadata import Codec, FlowReport, Message, SendPolicy
-from collapsar.manager.sharing import Flow, share
+from collapsar.manager.sharing.metadata import Codec, FlowReport, Message, SendPolicy
+from collapsar.manager.sharing.model import Flow, share
 
+# The multi-manager harness and its fake tc tree live with the tests.
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+SHARE_PEER = TESTS / "share_peer.py"
+sys.path.insert(0, str(TESTS))
 M = 1_000_000
 PERIODS_PER_S = 20  # the default 50 ms period
 BENCH_KEY = bytes(32)  # every manager of the bench shares it; what it is does not matter
@@ -155,9 +159,10 @@ def metadata_rate(n_instances, hosts=4, pattern="pairs", noise=0.03, seconds=5, 
 
 
 def manager_cpu_per_period(runs=40):
-    from collapsar.manager.share_bus import MetadataBus
-    from collapsar.manager.share_loop import ShareLoop, ShareSettings
-    from collapsar.manager.share_peer import SyntheticHost
+    from share_peer import SyntheticHost
+
+    from collapsar.manager.sharing.bus import MetadataBus
+    from collapsar.manager.sharing.loop import ShareLoop, ShareSettings
 
     n_src, n_dst = 50, 20  # 50 x 20 = 1000 flows over one core link
     lines = ["experiment: {name: bench}", "services:"]
@@ -323,7 +328,7 @@ def convergence(variants=((0.25, 4), (0.5, 4), (1.0, 4), (0.5, 2)), repeats=3) -
 
 
 def aeron_traffic_run(n_instances: int, noise: float, hosts: int = 4, seconds: float = 4.0) -> dict:
-    from collapsar.manager.share_peer import PeerNetwork
+    from share_peer import PeerNetwork
 
     half = n_instances // 2
     lines = ["experiment: {name: traffic}", "services:"]
@@ -344,8 +349,7 @@ def aeron_traffic_run(n_instances: int, noise: float, hosts: int = 4, seconds: f
                 own = ",".join(names[k::hosts])
                 base = [
                     sys.executable,
-                    "-m",
-                    "collapsar.manager.share_peer",
+                    str(SHARE_PEER),
                     str(topology),
                     "--own",
                     own,

@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from collapsar.manager.scheduler import percentile  # noqa: E402
-from collapsar.manager.status import StatusBoard, StatusServer  # noqa: E402
+from collapsar.manager.play.scheduler import percentile  # noqa: E402
+from collapsar.manager.status.api import StatusBoard, StatusServer  # noqa: E402
 
-SWITCH_INTERVAL_S = 0.0005  # as collapsar run sets it (emulation-manager/local.py)
+SWITCH_INTERVAL_S = 0.0005  # as collapsar run sets it (emulation-manager/local/run.py)
 CLIENTS = r"""
 import selectors, socket, sys
 port, streams, idle = map(int, sys.argv[1:4])

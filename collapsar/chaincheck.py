@@ -27,8 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import Problem, Where
-from .model import Experiment, Service, ServiceEvent, instance_name
+from collapsar.errors import Problem, Where
+from collapsar.model import Experiment, Service, ServiceEvent, instance_name
 
 PROGRAMS = ("wl-client", "wl-node")
 BUILD_FIX = "make -C workload-node"

@@ -16,7 +16,7 @@ import os
 import sys
 import traceback
 
-from .errors import CollapsarError
+from collapsar.errors import CollapsarError
 
 # verb -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -23,12 +23,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .conditions import DISTRIBUTIONS, NO_RATE, Conditions
-from .errors import CollapsarError
-from .graph import RunGraph
-from .model import Experiment, LinkProps, Path
-from .pathattrs import fold_core, fold_sinks, walk
-from .routing import Router
+from collapsar.conditions import DISTRIBUTIONS, NO_RATE, Conditions
+from collapsar.errors import CollapsarError
+from collapsar.graph import RunGraph
+from collapsar.model import Experiment, LinkProps, Path
+from collapsar.pathattrs import fold_core, fold_sinks, walk
+from collapsar.routing import Router
 
 
 class LinkState(NamedTuple):

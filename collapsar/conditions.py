@@ -14,9 +14,9 @@ import copy
 
 import numpy as np
 
-from .errors import Problem, TopologyError
-from .graph import RunGraph
-from .model import (
+from collapsar.errors import Problem, TopologyError
+from collapsar.graph import RunGraph
+from collapsar.model import (
     BridgeEvent,
     Event,
     JitterDistribution,

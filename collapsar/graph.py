@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import Problem, TopologyError
-from .model import Experiment, LinkEvent, LinkSpec, ServiceEvent, instance_name
+from collapsar.errors import Problem, TopologyError
+from collapsar.model import Experiment, LinkEvent, LinkSpec, ServiceEvent, instance_name
 
 
 @dataclass(frozen=True)

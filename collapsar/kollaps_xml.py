@@ -22,13 +22,13 @@ import re
 import xml.etree.ElementTree as ET
 from xml.parsers import expat
 
-from . import parse_common as pc
-from .errors import Problem, TopologyError, Where
-from .model import Experiment
-from .parse_common import Report, read_input
-from .parser import parse_tree
-from .yamlout import to_yaml
-from .yamlsrc import Node
+from collapsar import parse_common as pc
+from collapsar.errors import Problem, TopologyError, Where
+from collapsar.model import Experiment
+from collapsar.parse_common import Report, read_input
+from collapsar.parser import parse_tree
+from collapsar.yamlout import to_yaml
+from collapsar.yamlsrc import Node
 
 __all__ = ["parse_xml_file", "parse_xml_text", "to_yaml"]
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .errors import CollapsarError, Where
+from collapsar.errors import CollapsarError, Where
 
 JitterDistribution = Literal["normal", "pareto", "paretonormal", "uniform"]
 PathMetric = Literal["latency", "hops"]

@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from .errors import Problem, TopologyError, UnitError, Where
-from .yamlsrc import Node
+from collapsar.errors import Problem, TopologyError, UnitError, Where
+from collapsar.yamlsrc import Node
 
 T = TypeVar("T")
 

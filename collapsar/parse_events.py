@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import parse_common as pc
-from .model import instance_name
-from .parse_common import Report
-from .parse_links import LINK_KEYS, PROP_KEYS, PropValues, read_direction, read_props
-from .presence import Elements, Pending, fmt_time
-from .units import parse_duration_us
-from .yamlsrc import Node
+from collapsar import parse_common as pc
+from collapsar.model import instance_name
+from collapsar.parse_common import Report
+from collapsar.parse_links import LINK_KEYS, PROP_KEYS, PropValues, read_direction, read_props
+from collapsar.presence import Elements, Pending, fmt_time
+from collapsar.units import parse_duration_us
+from collapsar.yamlsrc import Node
 
 TARGETS = ("service", "instance", "bridge", "link", "partition")
 SERVICE_ACTIONS = ("join", "leave", "crash", "disconnect", "reconnect")

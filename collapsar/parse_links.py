@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import parse_common as pc
-from .model import LinkProps, LinkSpec
-from .parse_common import Report
-from .units import format_duration_us, parse_link_delay_us, parse_loss_ratio, parse_rate_bps
-from .yamlsrc import Node
+from collapsar import parse_common as pc
+from collapsar.model import LinkProps, LinkSpec
+from collapsar.parse_common import Report
+from collapsar.units import format_duration_us, parse_link_delay_us, parse_loss_ratio, parse_rate_bps
+from collapsar.yamlsrc import Node
 
 if TYPE_CHECKING:
-    from .presence import Elements
+    from collapsar.presence import Elements
 
 PROP_KEYS = ("latency", "jitter", "distribution", "loss", "bandwidth", "up", "down")
 LINK_KEYS = ("from", "to", *PROP_KEYS, "direction")

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from . import parse_common as pc
-from . import wl_values as wv
-from .parse_common import Report
-from .units import parse_duration_us
-from .yamlsrc import Node
+from collapsar import parse_common as pc
+from collapsar import wl_values as wv
+from collapsar.parse_common import Report
+from collapsar.units import parse_duration_us
+from collapsar.yamlsrc import Node
 
 KINDS = ("node", "client")
 NODE_KEYS = ("threads", "port", "proto", "storage", "max-storage", "sync-period", "trace")

@@ -16,16 +16,25 @@ import re
 import shlex
 from typing import Any
 
-from . import parse_common as pc
-from .errors import Problem, TopologyError, Where
-from .model import DEFAULT_PERIOD_US, Bridge, CommandOrigin, Experiment, Service, ServiceEvent, Settings, instance_name
-from .parse_common import Report, read_input
-from .parse_events import parse_events
-from .parse_links import parse_links
-from .parse_workload import compile_workload
-from .presence import Elements, resolve
-from .units import parse_duration_us, parse_size_bytes
-from .yamlsrc import Node, load
+from collapsar import parse_common as pc
+from collapsar.errors import Problem, TopologyError, Where
+from collapsar.model import (
+    DEFAULT_PERIOD_US,
+    Bridge,
+    CommandOrigin,
+    Experiment,
+    Service,
+    ServiceEvent,
+    Settings,
+    instance_name,
+)
+from collapsar.parse_common import Report, read_input
+from collapsar.parse_events import parse_events
+from collapsar.parse_links import parse_links
+from collapsar.parse_workload import compile_workload
+from collapsar.presence import Elements, resolve
+from collapsar.units import parse_duration_us, parse_size_bytes
+from collapsar.yamlsrc import Node, load
 
 TOP_KEYS = ("experiment", "services", "bridges", "links", "events")
 SETTINGS_KEYS = ("name", "period", "paths", "seed", "wire-overhead")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .conditions import NO_RATE, Conditions
+from collapsar.conditions import NO_RATE, Conditions
 
 
 @dataclass

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, Literal, TypeVar, cast
 
-from .errors import Where
-from .model import (
+from collapsar.errors import Where
+from collapsar.model import (
     Bridge,
     BridgeEvent,
     Event,
@@ -35,9 +35,9 @@ from .model import (
     ServiceEvent,
     instance_name,
 )
-from .parse_common import Report
-from .parse_links import PropValues, build_spec, check_delays
-from .units import format_duration_us
+from collapsar.parse_common import Report
+from collapsar.parse_links import PropValues, build_spec, check_delays
+from collapsar.units import format_duration_us
 
 
 @dataclass

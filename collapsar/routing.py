@@ -34,11 +34,11 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
-from .adjacency import Adjacency, descendants, first_best
-from .conditions import Conditions
-from .errors import CollapsarError
-from .graph import RunGraph
-from .model import LinkSetEvent
+from collapsar.adjacency import Adjacency, descendants, first_best
+from collapsar.conditions import Conditions
+from collapsar.errors import CollapsarError
+from collapsar.graph import RunGraph
+from collapsar.model import LinkSetEvent
 
 _EXACT = 2.0**52  # float64 holds every integer below this exactly
 _ROW_CHUNK = 256  # sources per Dijkstra call: bounds the temporary matrices

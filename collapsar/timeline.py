@@ -26,13 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .adjacency import descendants
-from .collapse import NetworkState, source_rows
-from .conditions import Conditions
-from .graph import RunGraph
-from .model import Event, Experiment
-from .pathattrs import Folded, fold_core, fold_sink_entries, refold_core
-from .routing import Router
+from collapsar.adjacency import descendants
+from collapsar.collapse import NetworkState, source_rows
+from collapsar.conditions import Conditions
+from collapsar.graph import RunGraph
+from collapsar.model import Event, Experiment
+from collapsar.pathattrs import Folded, fold_core, fold_sink_entries, refold_core
+from collapsar.routing import Router
 
 _FOLD_ROWS = 128
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 
-from .errors import UnitError
+from collapsar.errors import UnitError
 
 _NUMBER = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-zµ%/]*)\s*$")

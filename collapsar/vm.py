@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from .errors import EnvironmentProblem, RunError
+from collapsar.errors import EnvironmentProblem, RunError
 
 INSTALL_FIX = "apt-get install linux-image-amd64 qemu-system-x86 busybox-static && pip install virtme-ng==1.42"
 

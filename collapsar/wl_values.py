@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from . import parse_common as pc
-from .parse_common import Report
-from .units import parse_duration_us, parse_size_bytes
-from .yamlsrc import Node
+from collapsar import parse_common as pc
+from collapsar.parse_common import Report
+from collapsar.units import parse_duration_us, parse_size_bytes
+from collapsar.yamlsrc import Node
 
 # name: (wl-client's spelling, required keys, optional keys); `mean` is wl's `avg`.
 DISTRIBUTIONS = {

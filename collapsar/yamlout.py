@@ -14,8 +14,8 @@ import re
 
 import yaml
 
-from .errors import CollapsarError
-from .model import (
+from collapsar.errors import CollapsarError
+from collapsar.model import (
     DEFAULT_PERIOD_US,
     BridgeEvent,
     Event,
@@ -28,7 +28,7 @@ from .model import (
     Service,
     ServiceEvent,
 )
-from .units import format_duration_us, format_rate_bps
+from collapsar.units import format_duration_us, format_rate_bps
 
 _PLAIN = re.compile(r"^(?:[A-Za-z0-9_./]|-(?=[A-Za-z0-9]))[A-Za-z0-9_./@+=-]*$")
 _RESOLVER = yaml.resolver.Resolver()

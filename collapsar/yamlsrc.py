@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from yaml.constructor import SafeConstructor
 
-from .errors import Problem, Where
+from collapsar.errors import Problem, Where
 
 _CORE = "tag:yaml.org,2002:"
 _AS_TEXT = {_CORE + "str", _CORE + "timestamp", _CORE + "value"}

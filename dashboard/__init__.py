@@ -7,15 +7,15 @@ that turns them into static assets in web/dist) and the aggregator
 status streams and serves them as one, in the same shape a single manager
 serves (GET /stream, /status, /topology; POST /control/ACTION), so the page
 works unchanged against a manager (`collapsar run --dashboard`) or the
-aggregator.  It does not own the status API itself (collapsar.manager.status)
-nor what the control actions do (collapsar.manager.control).
+aggregator.  It does not own the status API itself (collapsar.manager.status.api)
+nor what the control actions do (collapsar.manager.status.control).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import EnvironmentProblem
+from collapsar.errors import EnvironmentProblem
 
 WEB = Path(__file__).resolve().parent / "web"
 

@@ -26,8 +26,8 @@ import urllib.request
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from ..errors import CollapsarError
-from ..manager.control import ControlRefused, bearer_matches
+from collapsar.errors import CollapsarError
+from collapsar.manager.status.control import ControlRefused, bearer_matches
 
 RECONNECT_S = 1.0
 READ_TIMEOUT_S = 20.0  # managers send a keep-alive comment every 15 s

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import re
 
-from .. import __version__
-from ..errors import CollapsarError
-from ..model import Experiment, instance_name
+from collapsar import __version__
+from collapsar.errors import CollapsarError
+from collapsar.model import Experiment, instance_name
 
 LABEL_EXPERIMENT = "org.collapsar.experiment"
 LABEL_SERVICE = "org.collapsar.service"
@@ -30,7 +30,7 @@ BOOTSTRAP_SERVICE = "collapsar-bootstrap"
 MANAGER_SERVICE = "collapsar-manager"
 NETWORK = "collapsar"
 # The Swarm secret that holds the run's flow-metadata key
-# (collapsar.manager.share_key): granted to the bootstrapper service alone,
+# (collapsar.manager.sharing.key): granted to the bootstrapper service alone,
 # read there by its node's manager, never given to an instance.
 METADATA_KEY_SECRET = "collapsar-metadata-key"
 # Docker accepts service names of letters, digits, `_`, `.`, `-`, first a

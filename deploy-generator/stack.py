@@ -34,10 +34,8 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 
-from ..manager.container.hostsfile import SHAPED_MARK
-from ..model import Experiment, Service, service_of
-from .manager_spec import MANAGER_SPEC, manager_environment
-from .naming import (
+from collapsar.deploy.manager_spec import MANAGER_SPEC, manager_environment
+from collapsar.deploy.naming import (
     BOOTSTRAP_SERVICE,
     IMAGE_MANAGER,
     IMAGE_NODE,
@@ -52,6 +50,8 @@ from .naming import (
     key_file_name,
     trace_dir_name,
 )
+from collapsar.manager.container.hostsfile import SHAPED_MARK
+from collapsar.model import Experiment, Service, service_of
 
 SWARM_FILE_VERSION = "3.8"
 # Compose cannot give each replica its instance name (Swarm's template does,
@@ -74,7 +74,7 @@ WAIT_FOR_SHAPING = (
     f'sleep 0.1; done; {INSTANCE_FROM_HOSTS}exec "$@"'
 )
 # Where the workload image's commands write their traces (COLLAPSAR_TRACE_DIR,
-# see collapsar.manager.workload_report), mounted from the host: Compose binds
+# see collapsar.manager.measure.workload), mounted from the host: Compose binds
 # a directory beside the generated file, Swarm mounts a named volume, which
 # each node creates for its own tasks (a bind needs the directory on every
 # node beforehand); files are named by instance, so the nodes' never clash.

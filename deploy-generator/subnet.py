@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from ..errors import CollapsarError
-from ..manager.addressing import parse_subnet
+from collapsar.errors import CollapsarError
+from collapsar.manager.addressing import parse_subnet
 
 DEFAULT_BASE = "10.201.0.0"
 DEFAULT_NODE_HEADROOM = 32

@@ -13,7 +13,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from ..errors import CollapsarError
+from collapsar.errors import CollapsarError
 
 IFNAMSIZ = 15
 INSTANCE_IFNAME = "eth0"  # the instance's end of its veth, inside its namespace

@@ -1,7 +1,7 @@
 """One emulation core per instance: that instance's egress shaping.
 
 A core owns the TCAL tree on the instance's interface (inside its network
-namespace; the eBPF counters are read separately, in throughput.py).  It
+namespace; the eBPF counters are read separately, in measure/throughput.py).  It
 installs the collapsed paths at t=0 and turns every later path change into
 the smallest TCAL call:
 `change`/`change_many` for property changes (in place, never delete+add),
@@ -9,7 +9,7 @@ the smallest TCAL call:
 first seen after t=0.  The TCAL classes are passed in, so unit tests can run
 a core against a fake tree.
 
-The sharing loop (share_loop.py) narrows a destination with an `Override`
+The sharing loop (sharing/loop.py) narrows a destination with an `Override`
 (its allowed share, its congestion loss) on top of the configured path; the
 core keeps both, so a timeline change of the path and a new share compose,
 and what the tree holds is always `effective(path, override)`.
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..model import Path
+from collapsar.model import Path
 
 SHAPED_FIELDS = ("rate_bps", "delay_us", "jitter_us", "distribution", "loss_ratio")
 
@@ -186,13 +186,13 @@ class RealTcal:
     imported only when a run starts: unit tests pass fakes instead."""
 
     def __init__(self):
-        from ..tcal import Shaping, TcTree, check_kernel
+        from collapsar.tcal import Shaping, TcTree, check_kernel
 
         self.Shaping, self.TcTree, self.check_kernel = Shaping, TcTree, check_kernel
 
     @staticmethod
     def counters_factory(ifname: str, netns: str):
-        from ..tcal.counters import Counters
+        from collapsar.tcal.counters import Counters
 
         return Counters(ifname, netns=netns)
 

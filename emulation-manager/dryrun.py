@@ -7,17 +7,17 @@ run id, since a real run draws a fresh one.
 
 from __future__ import annotations
 
-from ..model import Experiment
-from .addressing import plan_network
-from .core import needs_netem
-from .experiment import all_instances, launches, paths_from, timeline_paths
+from collapsar.manager.addressing import plan_network
+from collapsar.manager.core import needs_netem
+from collapsar.manager.experiment import all_instances, launches, paths_from, timeline_paths
+from collapsar.model import Experiment
 
 PLACEHOLDER_RUN_ID = "000000"
 
 
 def describe_run(experiment: Experiment, timeline, subnet: str) -> list[str]:
-    from ..tcal import Shaping
-    from ..tcal.plan import plan_tree
+    from collapsar.tcal import Shaping
+    from collapsar.tcal.plan import plan_tree
 
     instances = all_instances(timeline)
     plan = plan_network(PLACEHOLDER_RUN_ID, instances, subnet)

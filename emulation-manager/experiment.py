@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..errors import CollapsarError
-from ..model import Experiment, Path, service_of
-from .addressing import NetworkPlan
-from .programs import instance_path
-from .supervisor import Launch
+from collapsar.errors import CollapsarError
+from collapsar.manager.addressing import NetworkPlan
+from collapsar.manager.local.supervisor import Launch
+from collapsar.manager.programs import instance_path
+from collapsar.model import Experiment, Path, service_of
 
 
 def all_instances(timeline) -> list[str]:

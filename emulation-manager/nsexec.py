@@ -4,7 +4,7 @@ thread inside one.
 
 Why not pyroute2's `netns.create`: it forks the whole manager per namespace
 (about 17 ms here); unsharing on a short-lived thread costs well under 1 ms.
-Commands are started with `ip netns exec` instead (see local.py): it joins
+Commands are started with `ip netns exec` instead (see local/run.py): it joins
 the namespace, takes a private mount namespace, binds /etc/netns/NAME/hosts
 over /etc/hosts and mounts a fresh /sys, then execs the command itself, so
 the pid we record is the command's.  Doing the same in a preexec_fn forces

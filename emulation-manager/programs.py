@@ -15,7 +15,7 @@ runs is the script's business.  In Compose and Swarm a service without an
 ping in /usr/local/bin and /usr/bin; a service with an image of its own may
 lack the workload tools, which only a warning can say (`image_warnings`).
 
-Does not own: starting anything (supervisor.py), the workload tools themselves
+Does not own: starting anything (local/supervisor.py), the workload tools themselves
 (workload-node/).
 """
 
@@ -26,8 +26,8 @@ import re
 import shutil
 from pathlib import Path
 
-from ..errors import Problem, TopologyError
-from ..model import Experiment, Service
+from collapsar.errors import Problem, TopologyError
+from collapsar.model import Experiment, Service
 
 WORKLOAD_TOOLS = ("wl-node", "wl-client")
 BUILD_FIX = "make -C workload-node"

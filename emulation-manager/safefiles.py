@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import CollapsarError, EnvironmentProblem
+from collapsar.errors import CollapsarError, EnvironmentProblem
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

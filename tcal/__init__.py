@@ -14,8 +14,8 @@ puts a whole timeline step in force at one instant (`PreparedStep`, with
 `counters`.
 """
 
-from .check import check_kernel
-from .plan import Shaping, TreePlan, plan_tree
-from .tree import TcTree
+from collapsar.tcal.check import check_kernel
+from collapsar.tcal.plan import Shaping, TreePlan, plan_tree
+from collapsar.tcal.tree import TcTree
 
 __all__ = ["Shaping", "TcTree", "TreePlan", "check_kernel", "plan_tree"]

@@ -86,9 +86,9 @@ def _probe_in_scratch_netns(need_netem: bool, result: dict[str, object]) -> None
 
 
 def _probe_all(need_netem: bool) -> None:
-    from . import nlmsg as m
-    from .nlsock import RouteSocket
-    from .plan import LeafParams
+    from collapsar.tcal import nlmsg as m
+    from collapsar.tcal.nlsock import RouteSocket
+    from collapsar.tcal.plan import LeafParams
 
     sock = RouteSocket(None)  # this thread is in the scratch namespace
     root = 0x00010000

@@ -32,8 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from collapsar.errors import EnvironmentProblem, KernelError
-
-from .built import TCAL_DIR, load_built
+from collapsar.tcal.built import TCAL_DIR, load_built
 
 LIBRARY_PATH = TCAL_DIR / "build" / "libcxcounters.so"
 _SOURCES = ("bpf/counters.bpf.c", "bpf/counters.h", "bpf/loader.c", "bpf/loader.h", "Makefile")

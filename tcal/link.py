@@ -12,9 +12,8 @@ import struct
 from collections.abc import Callable
 
 from collapsar.errors import KernelError
-
-from .nlmsg import Request, attr, parse_attrs
-from .nlsock import RouteSocket
+from collapsar.tcal.nlmsg import Request, attr, parse_attrs
+from collapsar.tcal.nlsock import RouteSocket
 
 RTM_NEWLINK, RTM_GETLINK = 16, 18
 IFLA_GSO_MAX_SEGS = 40

@@ -25,9 +25,9 @@ import socket
 import struct
 from typing import NamedTuple
 
-from .dist import table_bytes
-from .layout import U32Slot
-from .plan import PSCHED_TICK_NS, TC_LINKLAYER_ETHERNET, HtbParams, LeafParams
+from collapsar.tcal.dist import table_bytes
+from collapsar.tcal.layout import U32Slot
+from collapsar.tcal.plan import PSCHED_TICK_NS, TC_LINKLAYER_ETHERNET, HtbParams, LeafParams
 
 RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
 RTM_NEWTCLASS, RTM_DELTCLASS, RTM_GETTCLASS = 40, 41, 42

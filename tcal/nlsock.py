@@ -24,11 +24,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from collapsar.errors import KernelError
-
-from .nlmsg import NLM_F_ACK, NLM_F_REQUEST, Request, parse_attrs
+from collapsar.tcal.nlmsg import NLM_F_ACK, NLM_F_REQUEST, Request, parse_attrs
 
 if TYPE_CHECKING:
-    from .prepared import PreparedStep
+    from collapsar.tcal.prepared import PreparedStep
 
 CLONE_NEWNET = 0x40000000
 SOL_NETLINK = 270

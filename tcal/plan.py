@@ -63,9 +63,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from collapsar.errors import CollapsarError
+from collapsar.tcal.layout import ROOT_MAJOR, MinorAllocator, U32Layout, U32Slot, classid, format_handle
 from collapsar.units import format_duration_us, format_rate_bps
-
-from .layout import ROOT_MAJOR, MinorAllocator, U32Layout, U32Slot, classid, format_handle
 
 DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
 

@@ -32,10 +32,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from collapsar.errors import EnvironmentProblem
-
-from .built import TCAL_DIR, load_built
-from .nlmsg import Request
-from .nlsock import REPLY_TIMEOUT_S, KernelFailure, RouteSocket, answered, batches, prepared_step, set_prepared_step
+from collapsar.tcal.built import TCAL_DIR, load_built
+from collapsar.tcal.nlmsg import Request
+from collapsar.tcal.nlsock import (
+    REPLY_TIMEOUT_S,
+    KernelFailure,
+    RouteSocket,
+    answered,
+    batches,
+    prepared_step,
+    set_prepared_step,
+)
 
 LIBRARY_PATH = TCAL_DIR / "build" / "libcxfire.so"
 _SOURCES = ("fire/fire.c", "fire/fire.h", "Makefile")

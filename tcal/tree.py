@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
 from collapsar.errors import CollapsarError, KernelError
-
-from . import nlmsg as m
-from .check import netem_missing
-from .layout import (
+from collapsar.tcal import nlmsg as m
+from collapsar.tcal.check import netem_missing
+from collapsar.tcal.layout import (
     BLACKHOLE_MINOR,
     DEFAULT_MINOR,
     ROOT_MAJOR,
@@ -39,9 +38,9 @@ from .layout import (
     classid,
     format_handle,
 )
-from .link import GsoLimit
-from .nlsock import KernelFailure, RouteSocket, interface_index, interface_mtu
-from .plan import HtbCalculator, HtbParams, LeafParams, Shaping, gso_max_segs, leaf_params, plan_tree
+from collapsar.tcal.link import GsoLimit
+from collapsar.tcal.nlsock import KernelFailure, RouteSocket, interface_index, interface_mtu
+from collapsar.tcal.plan import HtbCalculator, HtbParams, LeafParams, Shaping, gso_max_segs, leaf_params, plan_tree
 
 CHANGEABLE = frozenset({"rate_bps", "delay_us", "jitter_us", "distribution", "loss_ratio"})
 

@@ -4,7 +4,7 @@ docker, browser.  A tier that cannot run fails; set COLLAPSAR_SKIP_<TIER>=1
 (e.g. COLLAPSAR_SKIP_VM=1) to skip one on purpose, which pytest reports.
 
 On a virtual machine the session keeps every CPU from halting, as
-`collapsar run` does by default there (collapsar/manager/awake.py: a halted
+`collapsar run` does by default there (collapsar/manager/run/awake.py: a halted
 virtual CPU of an oversubscribed host wakes up to hundreds of ms late, and
 the timing and shaping tests measure Collapsar, not the hypervisor).
 COLLAPSAR_KEEP_AWAKE=off|on overrides the detection.
@@ -21,7 +21,7 @@ import pathlib
 
 import pytest
 
-from collapsar.manager.awake import KeepAwake
+from collapsar.manager.run.awake import KeepAwake
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TIERS = ("unit", "workload", "kernel", "vm", "docker", "browser")

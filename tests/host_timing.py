@@ -30,7 +30,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-PRIORITY = 10  # the timeline thread's (collapsar.manager.scheduler.REALTIME_PRIORITY)
+PRIORITY = 10  # the timeline thread's (collapsar.manager.play.scheduler.REALTIME_PRIORITY)
 HISTOGRAM_US = 50_000  # buckets of 1 us up to here; later wake-ups count as overflows
 QUIET_P99_US = 1_000  # a host that woke 99% of the time within this and never later than
 QUIET_MAX_US = 20_000  # this (an idle bare-metal machine: tens of us) counts as quiet

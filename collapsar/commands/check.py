@@ -24,19 +24,19 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from ..errors import EnvironmentProblem
-    from ..tcal.check import check_kernel
+    from collapsar.errors import EnvironmentProblem
+    from collapsar.tcal.check import check_kernel
 
     if os.geteuid() != 0:
         raise EnvironmentProblem(
             "collapsar check needs root (it creates a scratch network namespace)", "run it as root, e.g. with sudo"
         )
     if args.file is not None:
-        from ..manager.core import needs_netem
-        from ..manager.experiment import timeline_paths
-        from ..manager.programs import require_programs
-        from ..parser import parse_file
-        from ..timeline import build_timeline
+        from collapsar.manager.core import needs_netem
+        from collapsar.manager.experiment import timeline_paths
+        from collapsar.manager.programs import require_programs
+        from collapsar.parser import parse_file
+        from collapsar.timeline import build_timeline
 
         experiment = parse_file(args.file)
         require_programs(experiment)

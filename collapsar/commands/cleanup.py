@@ -5,10 +5,10 @@ exactly those namespaces, links, hosts files, pins and processes; nothing is
 found by name pattern.  A run whose manager is still alive is refused.
 
 This runs as root on what a file says, so it reads journals only from the
-state directory, and only ones that root wrote there (collapsar.manager.rundir);
+state directory, and only ones that root wrote there (collapsar.manager.local.rundir);
 a journal with any record that is not its run's own (a path outside
 /etc/netns, another link, a process the run did not start, a namespace path)
-is refused whole, nothing removed (collapsar.manager.cleanup_plan).
+is refused whole, nothing removed (collapsar.manager.local.cleanup).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import CollapsarError
-    from ..manager.cleanup_plan import find_run
-    from ..manager.rundir import checked_state_dir, is_stale, list_runs, read_journal
+    from collapsar.errors import CollapsarError
+    from collapsar.manager.local.cleanup import find_run
+    from collapsar.manager.local.rundir import checked_state_dir, is_stale, list_runs, read_journal
 
     if bool(args.run) == bool(args.all_stale):
         raise CollapsarError("cleanup: expected either a RUNID or --all-stale")
@@ -67,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
 
 def clean(state: Path, run_id: str, journal_path: Path) -> None:
     """Undo one run's journal, or refuse it whole before touching anything."""
-    from ..errors import CollapsarError
-    from ..manager import teardown
-    from ..manager.cleanup_plan import plan_cleanup
-    from ..manager.rundir import END_KINDS, Journal, manager_alive, read_journal, retire
+    from collapsar.errors import CollapsarError
+    from collapsar.manager.local import teardown
+    from collapsar.manager.local.cleanup import plan_cleanup
+    from collapsar.manager.local.rundir import END_KINDS, Journal, manager_alive, read_journal, retire
 
     try:
         records = read_journal(journal_path)

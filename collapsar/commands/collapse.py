@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from ..errors import CollapsarError, UnitError
+from collapsar.errors import CollapsarError, UnitError
 
 _HEADER = ("SRC", "DST", "LATENCY", "JITTER", "LOSS", "BANDWIDTH", "LINKS")
 
@@ -28,9 +28,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..parser import parse_file
-    from ..timeline import build_timeline
-    from ..units import parse_duration_us
+    from collapsar.parser import parse_file
+    from collapsar.timeline import build_timeline
+    from collapsar.units import parse_duration_us
 
     try:
         at_us = parse_duration_us(args.at)
@@ -67,7 +67,7 @@ def _as_json(path) -> dict:
 
 
 def _row(path) -> tuple[str, ...]:
-    from ..units import format_rate_bps
+    from collapsar.units import format_rate_bps
 
     return (
         path.src,

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..errors import CollapsarError
+from collapsar.errors import CollapsarError
 
 MANAGER_TOKEN_VAR = "COLLAPSAR_MANAGER_TOKEN"
 DASHBOARD_TOKEN_VAR = "COLLAPSAR_DASHBOARD_TOKEN"
@@ -121,7 +121,7 @@ def manager_tokens(files: list[str], env: Mapping[str, str], managers: int) -> l
 
 def dashboard_token(env: Mapping[str, str], tokens: list[str] | None) -> str | None:
     """The token the page must present when the dashboard holds the managers'."""
-    from ..manager.control import new_token
+    from collapsar.manager.status.control import new_token
 
     own = env.get(DASHBOARD_TOKEN_VAR) or None
     if own is None:
@@ -142,7 +142,7 @@ def dashboard_token(env: Mapping[str, str], tokens: list[str] | None) -> str | N
 
 def local_managers() -> list[str]:
     """Status URLs of the runs active on this host, oldest first."""
-    from ..manager.rundir import is_stale, list_runs, read_journal, state_dir
+    from collapsar.manager.local.rundir import is_stale, list_runs, read_journal, state_dir
 
     urls = []
     for _, journal in sorted(list_runs(state_dir()).items()):
@@ -157,9 +157,9 @@ def local_managers() -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..dashboard import assets_dir
-    from ..dashboard.aggregate import Aggregator, manager_url
-    from ..manager.status import StatusBoard, StatusServer
+    from collapsar.dashboard import assets_dir
+    from collapsar.dashboard.aggregate import Aggregator, manager_url
+    from collapsar.manager.status.api import StatusBoard, StatusServer
 
     if args.token is not None:
         raise CollapsarError(ARGV_TOKEN_REFUSED)

@@ -61,13 +61,13 @@ def generate(
     """(experiment id, the file's text)."""
     import yaml
 
-    from ..deploy.naming import IMAGE_MANAGER, IMAGE_NODE, experiment_id
-    from ..deploy.stack import DeployOptions, compose_file, replicas_by_service, swarm_stack
-    from ..deploy.subnet import check_subnet, size_subnet
-    from ..errors import CollapsarError
-    from ..manager.experiment import all_instances
-    from ..parser import parse_text
-    from ..timeline import build_timeline
+    from collapsar.deploy.naming import IMAGE_MANAGER, IMAGE_NODE, experiment_id
+    from collapsar.deploy.stack import DeployOptions, compose_file, replicas_by_service, swarm_stack
+    from collapsar.deploy.subnet import check_subnet, size_subnet
+    from collapsar.errors import CollapsarError
+    from collapsar.manager.experiment import all_instances
+    from collapsar.parser import parse_text
+    from collapsar.timeline import build_timeline
 
     if node_headroom < 1:
         raise CollapsarError(f"--node-headroom {node_headroom}: expected at least 1")
@@ -107,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
         args.file, args.swarm, args.subnet, args.node_headroom, args.manager_image, args.node_image
     )
     if args.swarm:  # where `docker stack deploy` looks for the stack's relative paths
-        from ..deploy.naming import key_file_name
-        from ..manager.share_key import write_key_file
+        from collapsar.deploy.naming import key_file_name
+        from collapsar.manager.sharing.key import write_key_file
 
         where = Path.cwd() if args.output == "-" else Path(os.path.abspath(args.output)).parent
         write_key_file(where / key_file_name(experiment))

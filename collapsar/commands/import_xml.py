@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import CollapsarError
-from ..kollaps_xml import parse_xml_file, to_yaml
+from collapsar.errors import CollapsarError
+from collapsar.kollaps_xml import parse_xml_file, to_yaml
 
 
 def register(parser: argparse.ArgumentParser) -> None:

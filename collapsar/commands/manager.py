@@ -63,7 +63,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _topology(args: argparse.Namespace) -> tuple[str, str]:
-    from ..errors import CollapsarError
+    from collapsar.errors import CollapsarError
 
     if args.file:
         try:
@@ -80,11 +80,11 @@ def _topology(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..deploy.naming import IMAGE_MANAGER, experiment_id
-    from ..errors import CollapsarError
-    from ..manager.container.engine import connect
-    from ..parser import parse_text
-    from ..units import UnitError, parse_duration_us
+    from collapsar.deploy.naming import IMAGE_MANAGER, experiment_id
+    from collapsar.errors import CollapsarError
+    from collapsar.manager.container.engine import connect
+    from collapsar.parser import parse_text
+    from collapsar.units import UnitError, parse_duration_us
 
     def duration(flag: str, text: str) -> int:
         try:
@@ -98,21 +98,21 @@ def run(args: argparse.Namespace) -> int:
     say = lambda line: print(line, flush=True)  # noqa: E731
     client = connect()
     if args.bootstrap:
-        from ..manager.container.bootstrap import bootstrap
+        from collapsar.manager.container.bootstrap import bootstrap
 
         image = os.environ.get("COLLAPSAR_MANAGER_IMAGE", IMAGE_MANAGER)
         return bootstrap(client, exp_id, base64.b64encode(text.encode()).decode(), image, say)
     if os.geteuid() != 0:
-        from ..errors import EnvironmentProblem
+        from collapsar.errors import EnvironmentProblem
 
         raise EnvironmentProblem(
             "collapsar manager --docker needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN)",
             "run it in the privileged manager container the generated files describe",
         )
-    from ..manager.container.engine import DockerView
-    from ..manager.container.run import ContainerOptions, ContainerRun
-    from ..manager.core import real_tcal
-    from ..timeline import build_timeline
+    from collapsar.manager.container.engine import DockerView
+    from collapsar.manager.container.run import ContainerOptions, ContainerRun
+    from collapsar.manager.core import real_tcal
+    from collapsar.timeline import build_timeline
 
     options = ContainerOptions(
         experiment_id=exp_id,
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         experiment, build_timeline(experiment), options, DockerView(client, exp_id), real_tcal(), out=sys.stdout
     )
     if options.bootstrapper:  # Swarm: other nodes' instances through the overlay's DNS
-        from ..manager.container.dnsaddr import DnsAddresses
+        from collapsar.manager.container.dnsaddr import DnsAddresses
 
         bootstrapper = client.api.inspect_container(options.bootstrapper)
         stack = bootstrapper["Config"]["Labels"].get("com.docker.stack.namespace")

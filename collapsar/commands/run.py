@@ -3,7 +3,7 @@
 Makes one network namespace per instance joined by a bridge, shapes every
 path at the sender's egress through the TCAL, starts each service's command
 in its namespace, plays the timeline and tears everything down at the end
-(see collapsar.manager.local for the order of things).
+(see collapsar.manager.local.run for the order of things).
 
 - netem is used only if some path, at t=0 or after any event, has delay,
   jitter or loss; a bandwidth-only experiment runs on htb with fifo leaves,
@@ -26,14 +26,14 @@ in its namespace, plays the timeline and tears everything down at the end
   command exited with an error or could not start without the timeline or
   the run's end stopping it (a leave's or crash's signal, or the SIGTERM at
   teardown): one line per such instance with its exit code and the last
-  lines of its log (collapsar.manager.outputs).  2 bad input, 3 a missing
+  lines of its log (collapsar.manager.local.outputs).  2 bad input, 3 a missing
   kernel feature or privilege, 4 the kernel refused a change, 5 the run
   could not go on.
 - Workload: every instance writes its traces to RUNDIR/workload/
   (COLLAPSAR_TRACE_DIR); at the end each wl-client's summary is printed
   next to the network share its chain should see, and written to
-  RUNDIR/workload.json (collapsar.manager.workload_report).
-- Control (collapsar.manager.control): the run prints a random token
+  RUNDIR/workload.json (collapsar.manager.measure.workload).
+- Control (collapsar.manager.status.control): the run prints a random token
   (`control token: ...`, also RUNDIR/control-token, 0600) that POST
   /control/stop, /control/start (with `--wait-start`: network and t=0
   shaping are set up, commands and timeline wait) and /control/link (an
@@ -119,8 +119,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import CollapsarError
-    from ..units import UnitError, parse_duration_us
+    from collapsar.errors import CollapsarError
+    from collapsar.units import UnitError, parse_duration_us
 
     def duration(flag: str, text: str) -> int:
         try:
@@ -132,9 +132,9 @@ def run(args: argparse.Namespace) -> int:
     grace_us = duration("--grace", args.grace)
     if not 0 <= args.probe <= 10_000:
         raise CollapsarError(f"--probe {args.probe}: expected a number of pings from 0 to 10000")
-    from ..manager.programs import require_programs
-    from ..parser import parse_file
-    from ..timeline import build_timeline
+    from collapsar.manager.programs import require_programs
+    from collapsar.parser import parse_file
+    from collapsar.timeline import build_timeline
 
     experiment = parse_file(args.file)
     timeline = build_timeline(experiment)
@@ -144,19 +144,19 @@ def run(args: argparse.Namespace) -> int:
     if args.vm:
         return _run_in_vm(args)
     if args.dry_run:
-        from ..manager.dryrun import describe_run
+        from collapsar.manager.dryrun import describe_run
 
         for line in describe_run(experiment, timeline, args.subnet):
             print(line)
         return 0
     if os.geteuid() != 0:
-        from ..errors import EnvironmentProblem
+        from collapsar.errors import EnvironmentProblem
 
         raise EnvironmentProblem(
             "collapsar run needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN for namespaces and traffic control)",
             "run it as root, e.g. with sudo",
         )
-    from ..manager.local import LocalRun, RunOptions
+    from collapsar.manager.local.run import LocalRun, RunOptions
 
     options = RunOptions(
         duration_us=duration_us,
@@ -177,13 +177,13 @@ def _dashboard_assets(args: argparse.Namespace) -> Path | None:
     """The built page, checked (like the flags that need the status API)
     before anything is created."""
     if args.status_port < 0 and (args.dashboard or args.wait_start):
-        from ..errors import CollapsarError
+        from collapsar.errors import CollapsarError
 
         flag = "--dashboard" if args.dashboard else "--wait-start"
         raise CollapsarError(f"{flag} needs the status API (POST /control/start, the page); drop --status-port -1")
     if not args.dashboard:
         return None
-    from ..dashboard import assets_dir
+    from collapsar.dashboard import assets_dir
 
     return assets_dir()
 
@@ -191,8 +191,8 @@ def _dashboard_assets(args: argparse.Namespace) -> Path | None:
 def _run_in_vm(args: argparse.Namespace) -> int:
     """Re-run this very command (without --vm) in the VM; the run directory
     base is shared back, so logs and the event log land on the host."""
-    from ..units import parse_duration_us
-    from ..vm import run_in_vm
+    from collapsar.units import parse_duration_us
+    from collapsar.vm import run_in_vm
 
     base = Path(args.run_dir).resolve() if args.run_dir else Path(tempfile.mkdtemp(prefix="collapsar-vm-"))
     base.mkdir(parents=True, exist_ok=True)

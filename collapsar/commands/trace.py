@@ -29,10 +29,10 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tracing.critical import critical_paths
-    from ..tracing.expect import expectation
-    from ..tracing.load import RunDirError, read_run
-    from ..tracing.report import summarize, table_lines
+    from collapsar.tracing.critical import critical_paths
+    from collapsar.tracing.expect import expectation
+    from collapsar.tracing.load import RunDirError, read_run
+    from collapsar.tracing.report import summarize, table_lines
 
     inputs = read_run(args.run_dir, _progress() if sys.stderr.isatty() else None)
     paths = critical_paths(inputs.spans)

@@ -28,10 +28,10 @@ import json
 import shlex
 import sys
 
-from ..chaincheck import BUILD_FIX, Verdict, check_chains
-from ..errors import TopologyError
-from ..model import Experiment
-from ..parser import parse_file
+from collapsar.chaincheck import BUILD_FIX, Verdict, check_chains
+from collapsar.errors import TopologyError
+from collapsar.model import Experiment
+from collapsar.parser import parse_file
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {service.name}: {shlex.join(service.command)}")
     # Imported here so that a broken or missing collapse stage never hides
     # the parser's own verdict, which is already printed.
-    from ..collapse import unreachable_pairs
+    from collapsar.collapse import unreachable_pairs
 
     for src, dst in unreachable_pairs(experiment):
         print(f"{experiment.source}: warning: no path from {src} to {dst} at t=0", file=sys.stderr)
@@ -69,14 +69,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _program_warnings(experiment: Experiment) -> list:
-    from ..manager.programs import image_warnings, missing_programs
+    from collapsar.manager.programs import image_warnings, missing_programs
 
     return missing_programs(experiment) + image_warnings(experiment)
 
 
 def _check_chains(experiment: Experiment) -> Verdict:
     """The chain check's verdict; its problems end validation like the parser's."""
-    from ..manager.programs import workload_build_dir
+    from collapsar.manager.programs import workload_build_dir
 
     verdict = check_chains(experiment, workload_build_dir())
     if verdict.problems:
@@ -111,7 +111,7 @@ def _problem_json(problem) -> dict:
 
 
 def _run_json(path: str, commands: bool) -> int:
-    from ..collapse import unreachable_pairs
+    from collapsar.collapse import unreachable_pairs
 
     try:
         experiment = parse_file(path)

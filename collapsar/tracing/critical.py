@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .load import ABANDONED, COMPUTE, FORWARD, LOAD, OK, REQUEST, SEND, SERVE, STORE, SpanTable
+from collapsar.tracing.load import ABANDONED, COMPUTE, FORWARD, LOAD, OK, REQUEST, SEND, SERVE, STORE, SpanTable
 
 KINDS = ("network", "compute", "storage", "wait")
 NETWORK, COMPUTE_PART, STORAGE, WAIT = range(len(KINDS))

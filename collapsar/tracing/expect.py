@@ -20,10 +20,10 @@ import bisect
 
 import numpy as np
 
-from ..graph import RunGraph
-from ..parser import parse_file
-from ..timeline import Timeline, build_timeline
-from .load import RunInputs
+from collapsar.graph import RunGraph
+from collapsar.parser import parse_file
+from collapsar.timeline import Timeline, build_timeline
+from collapsar.tracing.load import RunInputs
 
 
 class Expectation:

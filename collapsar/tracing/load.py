@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CollapsarError
+from collapsar.errors import CollapsarError
 
 # Span names of the workload tools, by code (the order is the code).
 NAMES = ("request", "serve", "compute", "load", "store", "forward", "forward.send")

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .critical import FORWARD_WAIT, KINDS, NETWORK, QUEUE, REPLY_WAIT, WAIT, CriticalPaths
-from .expect import Expectation
-from .load import OK, STATUSES, SpanTable
+from collapsar.tracing.critical import FORWARD_WAIT, KINDS, NETWORK, QUEUE, REPLY_WAIT, WAIT, CriticalPaths
+from collapsar.tracing.expect import Expectation
+from collapsar.tracing.load import OK, STATUSES, SpanTable
 
 QUANTILES = (("p50_ms", 500), ("p90_ms", 900), ("p99_ms", 990), ("p99_9_ms", 999))  # thousandths
 

@@ -1,6 +1,6 @@
 """collapsar.manager.container: the emulation manager for Docker containers.
 
-Container mode differs from local mode (collapsar.manager.local) only in
+Container mode differs from local mode (collapsar.manager.local.run) only in
 where network namespaces come from and how instance lifecycle events act:
 the instances are the experiment's containers on this node (found through
 the Docker API and its events stream), and join / leave / crash start, stop

@@ -15,9 +15,9 @@ import signal
 import socket
 import threading
 
-from ...deploy.manager_spec import manager_environment, sdk_run_kwargs
-from ...deploy.naming import LABEL_EXPERIMENT, LABEL_ROLE
-from ...errors import CollapsarError
+from collapsar.deploy.manager_spec import manager_environment, sdk_run_kwargs
+from collapsar.deploy.naming import LABEL_EXPERIMENT, LABEL_ROLE
+from collapsar.errors import CollapsarError
 
 STOP_TIMEOUT_S = 20  # the manager's teardown: every tree and binding
 

@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from ...model import instance_name
-from .dnswire import TYPE_A, TYPE_PTR, DnsError, decode_answers, encode_query, reply_id
+from collapsar.manager.container.dnswire import TYPE_A, TYPE_PTR, DnsError, decode_answers, encode_query, reply_id
+from collapsar.model import instance_name
 
 RESOLVER = ("127.0.0.11", 53)
 MAX_DATAGRAM = 65535  # read whole datagrams: a cut one would read as malformed
@@ -150,7 +150,7 @@ class DnsAddresses:
         on a thread of its own (setns changes only the calling thread)."""
         if self.pid is None:
             return ask()
-        from ..nsexec import CLONE_NEWNET, _libc
+        from collapsar.manager.nsexec import CLONE_NEWNET, _libc
 
         result: list = []
         failure: list[BaseException] = []

@@ -15,7 +15,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from ...errors import CollapsarError
+from collapsar.errors import CollapsarError
 
 TYPE_A, TYPE_PTR, CLASS_IN = 1, 12, 1
 HEADER_BYTES = 12

@@ -14,8 +14,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from ...deploy.naming import LABEL_EXPERIMENT, LABEL_ROLE, LABEL_SERVICE, instance_of
-from ...errors import CollapsarError, EnvironmentProblem
+from collapsar.deploy.naming import LABEL_EXPERIMENT, LABEL_ROLE, LABEL_SERVICE, instance_of
+from collapsar.errors import CollapsarError, EnvironmentProblem
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import errno
 import os
 from collections.abc import Iterator
 
-from .inroot import RefusedFile, create_new, open_regular, open_root
+from collapsar.manager.container.inroot import RefusedFile, create_new, open_regular, open_root
 
 # Written into a container once it is shaped and named: the generated
 # files make the workload image's commands wait for it (deploy/stack.py).

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from types import SimpleNamespace
 
-from ...errors import CollapsarError
-from ..throughput import Meter
+from collapsar.errors import CollapsarError
+from collapsar.manager.measure.throughput import Meter
 
 
 class ContainerMeter(Meter):

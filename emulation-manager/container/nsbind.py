@@ -16,9 +16,9 @@ import os
 
 from pyroute2 import IPRoute
 
-from ...errors import CollapsarError
-from .. import nsexec
-from ..nsexec import MS_BIND, InNetns, _check, _mount, netns_path, remove_netns
+from collapsar.errors import CollapsarError
+from collapsar.manager import nsexec
+from collapsar.manager.nsexec import MS_BIND, InNetns, _check, _mount, netns_path, remove_netns
 
 
 def binding_name(container_id: str, pid: int) -> str:

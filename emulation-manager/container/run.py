@@ -39,17 +39,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
-from ...errors import CollapsarError
-from ...model import Experiment, service_of
-from ..core import EmulationCore, needs_netem
-from ..experiment import all_instances, paths_from, timeline_paths
-from ..player import Player
-from ..status import StatusBoard, StatusServer, paths_rows
-from ..topoview import topology_json
-from . import hostsfile, nsbind
-from .dnsaddr import DnsAddresses, OutageReport
-from .engine import DockerView, Seen
-from .meter import ContainerMeter
+from collapsar.errors import CollapsarError
+from collapsar.manager.container import hostsfile, nsbind
+from collapsar.manager.container.dnsaddr import DnsAddresses, OutageReport
+from collapsar.manager.container.engine import DockerView, Seen
+from collapsar.manager.container.meter import ContainerMeter
+from collapsar.manager.core import EmulationCore, needs_netem
+from collapsar.manager.experiment import all_instances, paths_from, timeline_paths
+from collapsar.manager.play.player import Player
+from collapsar.manager.status.api import StatusBoard, StatusServer, paths_rows
+from collapsar.manager.status.topoview import topology_json
+from collapsar.model import Experiment, service_of
 
 
 @dataclass
@@ -349,7 +349,7 @@ class ContainerRun:
         self._say(f"stopping: {self._stop_reason}")
 
     def _start_sharing(self) -> None:
-        from .sharing import container_sharing
+        from collapsar.manager.container.sharing import container_sharing
 
         bootstrapper = dns = None
         if self.options.bootstrapper and isinstance(self.remote_addresses, DnsAddresses):

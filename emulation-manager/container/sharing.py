@@ -18,7 +18,7 @@ found at the next rescan.  The metadata never crosses a shaped interface:
 only the experiment's instances are shaped, and bootstrappers are not
 instances.
 
-The run's metadata key (share_key.py): on Swarm, the secret the stack grants
+The run's metadata key (sharing/key.py): on Swarm, the secret the stack grants
 the bootstrapper, read through /proc/PID/root of the bootstrapper's main
 process (this manager runs in the host's PID namespace), so the key is in
 no environment and no container other than the bootstrapper holds it; a
@@ -31,11 +31,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...deploy.naming import BOOTSTRAP_SERVICE, METADATA_KEY_SECRET, NETWORK
-from ..share_bus import METADATA_PORT
-from ..share_key import KeyFileError, new_key, read_key_file
-from ..share_local import ManagerSharing
-from .dnsaddr import DnsAddresses
+from collapsar.deploy.naming import BOOTSTRAP_SERVICE, METADATA_KEY_SECRET, NETWORK
+from collapsar.manager.container.dnsaddr import DnsAddresses
+from collapsar.manager.sharing.bus import METADATA_PORT
+from collapsar.manager.sharing.key import KeyFileError, new_key, read_key_file
+from collapsar.manager.sharing.local import ManagerSharing
 
 # Where a node's manager finds the key: the bootstrapper's secret mount.
 SECRET_PATH = "/proc/{pid}/root/run/secrets/" + METADATA_KEY_SECRET

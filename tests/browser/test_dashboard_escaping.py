@@ -8,7 +8,7 @@ import pytest
 
 from collapsar.dashboard import assets_dir
 from collapsar.errors import TopologyError
-from collapsar.manager.status import StatusBoard, StatusServer
+from collapsar.manager.status.api import StatusBoard, StatusServer
 from collapsar.parser import parse_text
 
 EVIL = "<img src=x onerror=alert(1)>"

@@ -27,12 +27,12 @@ import struct
 import sys
 import time
 
-from collapsar.manager.aeron import Client, udp_channel
-from collapsar.manager.aeron_driver import MediaDriver
 from collapsar.manager.experiment import all_instances
-from collapsar.manager.metadata import Codec, FlowReport, Message
-from collapsar.manager.share_bus import STREAM_ID
-from collapsar.manager.share_local import experiment_tag, link_count
+from collapsar.manager.sharing.aeron import Client, udp_channel
+from collapsar.manager.sharing.bus import STREAM_ID
+from collapsar.manager.sharing.driver import MediaDriver
+from collapsar.manager.sharing.local import experiment_tag, link_count
+from collapsar.manager.sharing.metadata import Codec, FlowReport, Message
 from collapsar.parser import parse_file
 from collapsar.timeline import build_timeline
 

@@ -16,9 +16,9 @@ import uuid
 import pytest
 
 from collapsar.errors import EnvironmentProblem
-from collapsar.manager.aeron import AeronError, Client, Transport, aeron_home, ipc_channel, udp_channel
-from collapsar.manager.aeron_driver import MediaDriver
-from collapsar.manager.metadata import Codec, FlowReport, Inbox, Message
+from collapsar.manager.sharing.aeron import AeronError, Client, Transport, aeron_home, ipc_channel, udp_channel
+from collapsar.manager.sharing.driver import MediaDriver
+from collapsar.manager.sharing.metadata import Codec, FlowReport, Inbox, Message
 
 pytestmark = pytest.mark.timing  # waits for a lost driver to be noticed and replaced
 
@@ -75,8 +75,8 @@ def offer_until_taken(client, publication, payload, timeout_s=15.0):
 ECHO = textwrap.dedent(
     """
     import json, sys, time
-    from collapsar.manager.aeron import Client, ipc_channel
-    from collapsar.manager.metadata import Codec, Inbox, Message
+    from collapsar.manager.sharing.aeron import Client, ipc_channel
+    from collapsar.manager.sharing.metadata import Codec, Inbox, Message
     aeron_dir, count = sys.argv[1], int(sys.argv[2])
     client = Client(aeron_dir, name="echo")
     inbound = client.add_subscription(ipc_channel(), 1001)
@@ -232,7 +232,7 @@ def test_driver_dies_with_the_manager_that_started_it(tmp_path):
             "-c",
             textwrap.dedent(f"""
         import time
-        from collapsar.manager.aeron_driver import MediaDriver
+        from collapsar.manager.sharing.driver import MediaDriver
         driver = MediaDriver({aeron_dir!r}, log_path={str(tmp_path / "driver.log")!r})
         driver.start()
         print(driver.pid, flush=True)

@@ -15,8 +15,8 @@ import uuid
 
 import pytest
 
-from collapsar.manager.aeron import AeronError
-from collapsar.manager.aeron_driver import MediaDriver
+from collapsar.manager.sharing.aeron import AeronError
+from collapsar.manager.sharing.driver import MediaDriver
 
 NOBODY = 65534
 

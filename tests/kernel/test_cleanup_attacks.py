@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from test_local_support import CLI
 
-from collapsar.manager.rundir import process_start_time
+from collapsar.manager.local.rundir import process_start_time
 
 NOBODY = 65534
 

@@ -160,7 +160,7 @@ def test_sighup_tears_down_and_joined_commands_get_their_grace(tmp_path):
     """SIGHUP (a closed terminal) ends a run like SIGTERM.  A command that
     joined through the timeline still gets SIGTERM and its grace at the end:
     it is not killed when the timeline's thread ends (its parent-death signal
-    follows the thread that forked it, see supervisor.py)."""
+    follows the thread that forked it, see local/supervisor.py)."""
     topology = write(
         tmp_path,
         "hup.yaml",

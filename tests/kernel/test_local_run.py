@@ -13,8 +13,8 @@ import pytest
 from host_timing import quietest
 from test_local_support import Cli, host_snapshot, pid_alive, read_json, run_id_of
 
-from collapsar.manager import firewall
-from collapsar.manager.scheduler import percentile
+from collapsar.manager.local import firewall
+from collapsar.manager.play.scheduler import percentile
 
 GOODPUT_SHARE = 1448 / 1538  # TCP goodput of an Ethernet link at MTU 1500 (TCAL wire overhead)
 

@@ -11,7 +11,7 @@ import pytest
 from tcal_traffic import classes, filters, run
 
 from collapsar.errors import KernelError
-from collapsar.manager.supervisor import Launch, Supervisor
+from collapsar.manager.local.supervisor import Launch, Supervisor
 from collapsar.tcal import Shaping, nlsock
 from collapsar.tcal.prepared import PreparedStep
 

@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
+from share_peer import PeerNetwork
 from test_sharing_managers import SPLITS, TOPOLOGY, Managers, merged, one_manager
-
-from collapsar.manager.share_peer import PeerNetwork
 
 pytestmark = pytest.mark.timing  # managers converge within a few periods
 

@@ -14,13 +14,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
-
-from collapsar.manager.share_peer import PeerNetwork
+from share_peer import PeerNetwork
 
 pytestmark = pytest.mark.timing  # managers converge within a few periods
 
+SHARE_PEER = Path(__file__).resolve().parent.parent / "share_peer.py"
 M = 1_000_000
 TOPOLOGY = """\
 experiment: {name: dumbbell-managers}
@@ -66,8 +67,7 @@ def hub():
 def peer_argv(file, own, *extra):
     return [
         sys.executable,
-        "-m",
-        "collapsar.manager.share_peer",
+        str(SHARE_PEER),
         str(file),
         "--own",
         own,

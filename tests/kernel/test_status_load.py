@@ -19,7 +19,7 @@ import pytest
 from host_timing import quietest
 from test_local_support import Cli, read_json, run_id_of
 
-from collapsar.manager.scheduler import percentile
+from collapsar.manager.play.scheduler import percentile
 
 EVENTS = 30
 IDLE, STREAMS = 200, 50

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from collapsar.manager.awake import KeepAwake
+from collapsar.manager.run.awake import KeepAwake
 
 
 def _wait_gone(pid: int, timeout_s: float = 10.0) -> bool:
@@ -54,7 +54,7 @@ def test_spinners_end_when_their_parent_is_killed():
             sys.executable,
             "-c",
             (
-                "import time\nfrom collapsar.manager.awake import KeepAwake\n"
+                "import time\nfrom collapsar.manager.run.awake import KeepAwake\n"
                 "a = KeepAwake(); a.start(); print(' '.join(str(p.pid) for p in a.procs), flush=True); time.sleep(60)"
             ),
         ],

@@ -6,7 +6,8 @@ the engine."""
 from types import SimpleNamespace
 
 import pytest
-from test_manager_fakes import FakeState, FakeTree, full_mesh, path, timeline_of
+from fake_tc import FakeTree
+from test_manager_fakes import FakeState, full_mesh, path, timeline_of
 
 from collapsar.manager.container import hostsfile, nsbind
 from collapsar.manager.container.engine import Seen, seen_from

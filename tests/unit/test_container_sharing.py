@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 from collapsar.manager.container import sharing as container_sharing
 from collapsar.manager.container.sharing import SwarmPeers, overlay_address
-from collapsar.manager.share_key import write_key_file
+from collapsar.manager.sharing.key import write_key_file
 
 
 def inspection(networks, pid=4242):

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from collapsar.manager.control import (
+from collapsar.manager.play.live import LivePlayer
+from collapsar.manager.status.control import (
     AdHocLinks,
     ControlRefused,
     RunControl,
@@ -16,7 +17,6 @@ from collapsar.manager.control import (
     with_events,
     write_token,
 )
-from collapsar.manager.liveplayer import LivePlayer
 from collapsar.parser import parse_text
 from collapsar.timeline import build_timeline
 

@@ -9,8 +9,8 @@ import pytest
 
 from collapsar.dashboard.aggregate import Aggregator, Follower, manager_url, merge
 from collapsar.errors import CollapsarError
-from collapsar.manager.control import RunControl
-from collapsar.manager.status import StatusBoard, StatusServer
+from collapsar.manager.status.api import StatusBoard, StatusServer
+from collapsar.manager.status.control import RunControl
 
 
 def snapshot(run, t_us, instance, load_bps):

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from collapsar.cli import main
-from collapsar.manager.control import RunControl
-from collapsar.manager.status import StatusBoard, StatusServer, binds_loopback
+from collapsar.manager.status.api import StatusBoard, StatusServer, binds_loopback
+from collapsar.manager.status.control import RunControl
 
 MANAGER_TOKEN = "manager-token-Xq81lZ0pA7"
 DASHBOARD_TOKEN = "dashboard-token-R2c9vWm4Ke"

@@ -1,6 +1,6 @@
-"""What the dashboard draws, from a real timeline (collapsar.manager.topoview)."""
+"""What the dashboard draws, from a real timeline (collapsar.manager.status.topoview)."""
 
-from collapsar.manager.topoview import flow_rows, live_links, topology_json
+from collapsar.manager.status.topoview import flow_rows, live_links, topology_json
 from collapsar.parser import parse_text
 from collapsar.timeline import build_timeline
 

@@ -2,7 +2,8 @@
 change becomes."""
 
 import pytest
-from test_manager_fakes import FakeTree, path
+from fake_tc import FakeTree
+from test_manager_fakes import path
 
 from collapsar.errors import CollapsarError
 from collapsar.manager.core import EmulationCore, Override, needs_netem

@@ -1,14 +1,14 @@
 """Fakes for the manager's unit tests: a timeline with the contract of
-collapsar.timeline, and a TCAL tree with the contract of collapsar.tcal.
-They check their inputs as strictly as the real ones are documented to, so a
-manager bug shows up as a failure here rather than in the kernel tier."""
+collapsar.timeline (the TCAL tree's fake is tests/fake_tc.py).  They check
+their inputs as strictly as the real ones are documented to, so a manager bug
+shows up as a failure here rather than in the kernel tier."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import pytest
+from fake_tc import FakeTree
 
 from collapsar.errors import CollapsarError
 from collapsar.model import Path
@@ -75,73 +75,6 @@ def timeline_of(states: list[tuple[int, tuple, FakeState]]) -> FakeTimeline:
         steps.append(FakeStep(at_us, events, state, changed))
         prev = state
     return FakeTimeline(steps)
-
-
-class FakeTree:
-    """Records every call; rejects what the real TcTree rejects."""
-
-    made: list[FakeTree] = []
-
-    def __init__(self, ifname: str, netns: str | None = None, wire_overhead: bool = True, netem: bool = True):
-        self.ifname, self.netns, self.netem = ifname, netns, netem
-        self.shapings: dict[str, Shaping] = {}
-        self.cut_ips: set[str] = set()
-        self.calls: list[tuple] = []
-        self.is_setup = False
-        FakeTree.made.append(self)
-
-    def _check_netem(self, shaping: Shaping) -> None:
-        if not self.netem and (shaping.delay_us or shaping.jitter_us or shaping.loss_ratio):
-            raise CollapsarError(f"destination {shaping.dst_ip}: needs netem")
-
-    def _need(self, dst_ip: str) -> None:
-        if dst_ip not in self.shapings:
-            raise CollapsarError(f"destination {dst_ip}: not in the tree")
-
-    def setup(self, shapings):
-        assert not self.is_setup, "setup twice"
-        for s in shapings:
-            self._check_netem(s)
-            self.shapings[s.dst_ip] = s
-        self.is_setup = True
-        self.calls.append(("setup", tuple(s.dst_ip for s in shapings)))
-
-    def add(self, shaping):
-        assert self.is_setup
-        if shaping.dst_ip in self.shapings:
-            raise CollapsarError(f"destination {shaping.dst_ip}: already in the tree")
-        self._check_netem(shaping)
-        self.shapings[shaping.dst_ip] = shaping
-        self.calls.append(("add", shaping.dst_ip))
-
-    def change_many(self, changes):
-        for ip, fields in changes.items():
-            self._need(ip)
-            new = dataclasses.replace(self.shapings[ip], **fields)
-            self._check_netem(new)
-            self.shapings[ip] = new
-        self.calls.append(("change_many", {ip: dict(f) for ip, f in changes.items()}))
-
-    def change(self, dst_ip, **fields):
-        self.change_many({dst_ip: fields})
-
-    def cut(self, dst_ip):
-        self._need(dst_ip)
-        self.cut_ips.add(dst_ip)
-        self.calls.append(("cut", dst_ip))
-
-    def restore(self, dst_ip):
-        self._need(dst_ip)
-        self.cut_ips.discard(dst_ip)
-        self.calls.append(("restore", dst_ip))
-
-    def remove(self, dst_ip):
-        self._need(dst_ip)
-        del self.shapings[dst_ip]
-        self.calls.append(("remove", dst_ip))
-
-    def teardown(self):
-        self.calls.append(("teardown",))
 
 
 def test_fake_tree_rejects_unknown_destination_like_the_real_one():

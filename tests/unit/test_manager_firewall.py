@@ -1,10 +1,10 @@
 """When bridged traffic passes through iptables, the run's bridge gets one
-tagged ACCEPT rule (firewall.py); the real rule is exercised by tests/kernel."""
+tagged ACCEPT rule (local/firewall.py); the real rule is exercised by tests/kernel."""
 
 import pytest
 
 from collapsar.errors import EnvironmentProblem
-from collapsar.manager import firewall
+from collapsar.manager.local import firewall
 
 
 def test_filtered_only_when_br_netfilter_says_so(tmp_path):

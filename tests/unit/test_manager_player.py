@@ -4,7 +4,7 @@ import time
 
 from test_manager_fakes import FakeState, full_mesh, path, timeline_of
 
-from collapsar.manager.player import Player, StepPlan, describe_event, plan_step
+from collapsar.manager.play.player import Player, StepPlan, describe_event, plan_step
 from collapsar.model import LinkSetEvent, PartitionEvent, ServiceEvent
 
 ABC = ["a", "b", "c"]

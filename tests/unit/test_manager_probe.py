@@ -1,10 +1,10 @@
-"""The probe's arithmetic and parsing (probe.py); the real pings run in tests/vm."""
+"""The probe's arithmetic and parsing (measure/probe.py); the real pings run in tests/vm."""
 
 import pytest
 from test_manager_fakes import path
 
 from collapsar.errors import RunError
-from collapsar.manager import probe
+from collapsar.manager.measure import probe
 
 PING_OUTPUT = """\
 PING 10.77.0.3 (10.77.0.3) 56(84) bytes of data.

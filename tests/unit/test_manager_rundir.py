@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from collapsar.errors import CollapsarError, EnvironmentProblem, RunError
-from collapsar.manager.cleanup_plan import Step, find_run, plan_cleanup
-from collapsar.manager.rundir import (
+from collapsar.manager.local.cleanup import Step, find_run, plan_cleanup
+from collapsar.manager.local.rundir import (
     Journal,
     RunDir,
     RunLock,
@@ -113,7 +113,7 @@ def test_second_lock_names_the_active_run(state):
 def test_lock_of_a_killed_holder_is_free(state):
     code = (
         f"import sys, os, signal; sys.path[:0] = {sys.path!r}; "
-        "from collapsar.manager.rundir import RunLock; from pathlib import Path; "
+        "from collapsar.manager.local.rundir import RunLock; from pathlib import Path; "
         f"RunLock.acquire(Path({str(state)!r}), 'a1b2c3', Path('/x')); os.kill(os.getpid(), signal.SIGKILL)"
     )
     subprocess.run([sys.executable, "-c", code])
@@ -124,7 +124,7 @@ def records(*kinds_and_fields):
     return [{"kind": kind, **fields} for kind, fields in kinds_and_fields]
 
 
-# What the manager writes for a run of two instances (netns.py, local.py).
+# What the manager writes for a run of two instances (local/netns.py, local/run.py).
 JOURNAL = records(
     ("run", {"run_id": "a1b2c3", "pid": 1, "start_time": 5}),
     ("bridge", {"name": "cxa1b2c3br"}),

@@ -6,7 +6,7 @@ import time
 import pytest
 from host_timing import quietest
 
-from collapsar.manager.scheduler import Scheduler, percentile
+from collapsar.manager.play.scheduler import Scheduler, percentile
 
 pytestmark = pytest.mark.timing  # event lateness
 

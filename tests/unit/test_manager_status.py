@@ -6,7 +6,7 @@ import urllib.request
 
 import pytest
 
-from collapsar.manager.status import StatusBoard, StatusServer, metrics_text
+from collapsar.manager.status.api import StatusBoard, StatusServer, metrics_text
 
 SNAPSHOT = {
     "run_id": "a1b2c3",
@@ -85,7 +85,7 @@ def test_stream_sends_current_then_each_new_snapshot(server):
 
 from http.client import HTTPConnection  # noqa: E402 - grouped with the tests that use it
 
-from collapsar.manager.control import ControlRefused, RunControl  # noqa: E402
+from collapsar.manager.status.control import ControlRefused, RunControl  # noqa: E402
 
 
 class Calls:

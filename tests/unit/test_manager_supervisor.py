@@ -9,7 +9,7 @@ import time
 import pytest
 
 from collapsar.errors import RunError
-from collapsar.manager.supervisor import Launch, Supervisor
+from collapsar.manager.local.supervisor import Launch, Supervisor
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from collections import namedtuple
 from test_manager_fakes import path
 
 from collapsar.manager.addressing import plan_network
-from collapsar.manager.report import flow_table
-from collapsar.manager.throughput import Meter
+from collapsar.manager.measure.flows import flow_table
+from collapsar.manager.measure.throughput import Meter
 
 Counter = namedtuple("Counter", "bytes packets wire_bytes")
 

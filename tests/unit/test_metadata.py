@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collapsar.manager.metadata import (
+from collapsar.manager.sharing.metadata import (
     HEADER,
     TAG_BYTES,
     Codec,
@@ -404,7 +404,7 @@ def test_header_is_twenty_bytes_and_the_tag_sixteen():
 if __name__ == "__main__":
     import atheris
 
-    import collapsar.manager.metadata as metadata
+    import collapsar.manager.sharing.metadata as metadata
 
     # Coverage guidance on the decoder only: instrumenting everything loaded is slow.
     metadata.Codec.decode = atheris.instrument_func(metadata.Codec.decode)

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from collapsar.manager.metadata import Codec, FlowReport, Message
-from collapsar.manager.share_bus import MetadataBus
-from collapsar.manager.share_local import ManagerSharing
-from collapsar.manager.share_routes import Routes
+from collapsar.manager.sharing.bus import MetadataBus
+from collapsar.manager.sharing.local import ManagerSharing
+from collapsar.manager.sharing.metadata import Codec, FlowReport, Message
+from collapsar.manager.sharing.routes import Routes
 from collapsar.parser import parse_text
 from collapsar.timeline import build_timeline
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from collapsar.manager.share_key import KeyFileError, read_key_file, write_key_file
+from collapsar.manager.sharing.key import KeyFileError, read_key_file, write_key_file
 
 
 def test_a_written_key_reads_back_and_only_its_owner_may_read_it(tmp_path):

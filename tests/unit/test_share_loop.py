@@ -4,14 +4,14 @@ where each flow sends min(what it wants, what its class allows), and a
 loopback wire between managers."""
 
 import pytest
-from test_manager_fakes import FakeTree
+from fake_tc import FakeTree
 
 from collapsar.manager.core import EmulationCore, Override
 from collapsar.manager.experiment import all_instances, paths_from
-from collapsar.manager.metadata import Codec, FlowReport, Message
-from collapsar.manager.share_bus import MetadataBus
-from collapsar.manager.share_loop import ShareLoop, ShareSettings
-from collapsar.manager.share_routes import Routes
+from collapsar.manager.sharing.bus import MetadataBus
+from collapsar.manager.sharing.loop import ShareLoop, ShareSettings
+from collapsar.manager.sharing.metadata import Codec, FlowReport, Message
+from collapsar.manager.sharing.routes import Routes
 from collapsar.parser import parse_text
 from collapsar.tcal.plan import Shaping
 from collapsar.timeline import build_timeline

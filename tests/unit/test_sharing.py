@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collapsar.manager.sharing import Flow, SharingInputError, congestion_loss, share
+from collapsar.manager.sharing.model import Flow, SharingInputError, congestion_loss, share
 
 M = 1_000_000
 GREEDY = 100 * M  # a demand above every capacity in the tables

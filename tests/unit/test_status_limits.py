@@ -14,10 +14,10 @@ import urllib.request
 import pytest
 from test_manager_status import SNAPSHOT, get, request
 
-from collapsar.manager import streams
-from collapsar.manager.control import RunControl
-from collapsar.manager.httpguard import Limits
-from collapsar.manager.status import StatusBoard, StatusServer, paths_rows
+from collapsar.manager.status import streams
+from collapsar.manager.status.api import StatusBoard, StatusServer, paths_rows
+from collapsar.manager.status.control import RunControl
+from collapsar.manager.status.guard import Limits
 from collapsar.model import Path
 
 

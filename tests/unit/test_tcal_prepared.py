@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from collapsar.manager.scheduler import LEAD_HISTORY, MAX_LEAD_NS, Scheduler
+from collapsar.manager.play.scheduler import LEAD_HISTORY, MAX_LEAD_NS, Scheduler
 from collapsar.tcal.prepared import PreparedStep
 
 

@@ -1,8 +1,8 @@
-"""The workload's end-of-run report (collapsar.manager.workload_report): the
+"""The workload's end-of-run report (collapsar.manager.measure.workload): the
 network share of a chain as `wl-client --check` describes it, on the RTTs of
 a real parsed and collapsed topology, the summary line, and reading what
 the clients wrote; and the verdict on instances that failed on their own
-(collapsar.manager.outputs), from real processes."""
+(collapsar.manager.local.outputs), from real processes."""
 
 import json
 import os
@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from collapsar.errors import InstanceFailure
-from collapsar.manager import outputs
-from collapsar.manager.supervisor import Exit, Launch, Supervisor
-from collapsar.manager.workload_report import Hop, chain_share, network_share, read_summary, rtt_in, summary_line
+from collapsar.manager.local import outputs
+from collapsar.manager.local.supervisor import Exit, Launch, Supervisor
+from collapsar.manager.measure.workload import Hop, chain_share, network_share, read_summary, rtt_in, summary_line
 from collapsar.parser import parse_text
 from collapsar.timeline import build_timeline
 

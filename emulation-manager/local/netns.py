@@ -1,0 +1,104 @@
+"""The host side of a local run: one network namespace per instance, a Linux
+bridge joining them, one veth pair each, addresses and hosts files.
+
+Everything goes through pyroute2 (netlink) and `nsexec` (namespaces): no `ip`
+processes.  Each object is written to the run's journal before it is made
+(see rundir), so a crash at any point leaves a journal that names all of it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from collapsar.errors import KernelError
+from collapsar.manager.addressing import InstanceNet, NetworkPlan
+from collapsar.manager.local import firewall
+from collapsar.manager.local.rundir import Journal
+from collapsar.manager.nsexec import InNetns, create_netns
+
+HOSTS_ROOT = Path("/etc/netns")  # where `ip netns exec` looks for per-namespace files
+
+
+def hosts_file(netns: str) -> Path:
+    return HOSTS_ROOT / netns / "hosts"
+
+
+class HostNetwork:
+    """Builds (and knows) the bridge and namespaces of one run."""
+
+    def __init__(self, plan: NetworkPlan, journal: Journal):
+        self.plan = plan
+        self.journal = journal
+        self._ipr = IPRoute()
+        self._bridge_index: int | None = None
+
+    def close(self) -> None:
+        self._ipr.close()
+
+    def _index(self, ifname: str) -> int:
+        # A targeted RTM_GETLINK: link_lookup() dumps every link of the host,
+        # which makes a start of N instances cost O(N^2).
+        (reply,) = self._ipr.link("get", ifname=ifname)
+        return reply["index"]
+
+    def build_bridge(self) -> None:
+        name = self.plan.bridge
+        self.journal.record("bridge", name=name)
+        try:
+            self._ipr.link("add", ifname=name, kind="bridge")
+            index = self._index(name)
+            self._ipr.link("set", index=index, state="up")
+        except NetlinkError as error:
+            raise KernelError(f"bridge {name}: cannot create it: {error.args[-1]}") from None
+        self._bridge_index = index
+        firewall.allow_bridge(name, f"collapsar {self.plan.run_id}", self.journal.record)
+
+    def build_instance(self, net: InstanceNet, hosts_text: str) -> None:
+        """Namespace, hosts file, veth pair on the bridge, address, links up."""
+        self.journal.record("netns", name=net.netns, instance=net.instance)
+        try:
+            inode = create_netns(net.netns)
+        except OSError as error:
+            raise KernelError(f"instance {net.instance}: cannot create netns {net.netns}: {error}") from None
+        self.journal.record("netns_inode", name=net.netns, inode=inode)
+        self._write_hosts(net.netns, hosts_text)
+        self.journal.record("veth", name=net.host_veth, instance=net.instance)
+        try:
+            self._ipr.link(
+                "add", ifname=net.host_veth, kind="veth", peer={"ifname": net.ifname, "net_ns_fd": net.netns}
+            )
+            index = self._index(net.host_veth)
+            self._ipr.link("set", index=index, master=self._bridge_index, state="up")
+            with InNetns(net.netns):
+                inner = IPRoute()
+            try:
+                (lo,) = inner.link_lookup(ifname="lo")
+                inner.link("set", index=lo, state="up")
+                (eth,) = inner.link_lookup(ifname=net.ifname)
+                inner.addr("add", index=eth, address=net.ip, prefixlen=net.prefixlen)
+                inner.link("set", index=eth, state="up")
+            finally:
+                inner.close()
+        except NetlinkError as error:
+            raise KernelError(
+                f"instance {net.instance}: cannot wire {net.host_veth} <-> "
+                f"{net.netns}/{net.ifname} ({net.ip}): {error.args[-1]}"
+            ) from None
+
+    def _write_hosts(self, netns: str, text: str) -> None:
+        path = hosts_file(netns)
+        self.journal.record("hosts", path=str(path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+    def build(self) -> None:
+        self.build_bridge()
+        hosts_text = self.plan.hosts_text()
+        for net in self.plan.instances:
+            self.build_instance(net, hosts_text)

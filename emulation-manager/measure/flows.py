@@ -1,0 +1,55 @@
+"""The end-of-run table: per instance pair that carried traffic, the
+configured path next to what the eBPF counters measured."""
+
+from __future__ import annotations
+
+from collapsar.model import Path
+
+
+def _rate(bps: float | None) -> str:
+    if bps is None:
+        return "unlimited"
+    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.0f} bit/s"
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+def _span(segment: dict) -> str:
+    end = segment["end_s"]
+    return f"{segment['start_s']:.1f}-{'end' if end is None else f'{end:.1f}'} s"
+
+
+def flow_table(
+    flows: list[dict], configured: dict[tuple[str, str], Path | None], min_bytes: int = 100_000
+) -> list[str]:
+    """Rows for flows that sent at least `min_bytes` (pings and handshakes
+    say nothing about a rate), one per segment of the run in which the
+    pair's configured rate held and the flow sent for a whole window.  The
+    measured figure is the median 1 s average at the sender's egress within
+    that segment, in wire bits (what the shaper charges, Ethernet overhead
+    included).  RTT and loss are the path's at the end of the run."""
+    rows = [("pair", "during", "configured rate", "measured (median 1 s)", "RTT now", "loss now", "sent")]
+    for flow in flows:
+        if flow["bytes"] < min_bytes:
+            continue
+        path = configured.get((flow["src"], flow["dst"]))
+        now = ("cut", "-") if path is None else (f"{2 * path.delay_us / 1000:g} ms", f"{path.loss_ratio:.3g}")
+        pair, sent = f"{flow['src']} -> {flow['dst']}", _bytes(flow["bytes"])
+        for segment in flow.get("segments", ()):
+            if not segment["windows"]:
+                continue
+            rate = "cut" if segment["cut"] else _rate(segment["configured_bps"])
+            rows.append((pair, _span(segment), rate, _rate(segment["median_rate_bps"]), *now, sent))
+            pair, now, sent = "", ("", ""), ""  # the pair's first row names it
+    if len(rows) == 1:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]

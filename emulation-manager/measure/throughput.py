@@ -1,0 +1,185 @@
+"""Measured send rate per (instance, destination), from the TCAL's eBPF
+counters, sampled once per manager period.  The rate is taken over the last
+WINDOW_NS of samples: one 50 ms period holds too few packets of a slow flow
+for a steady figure.
+
+The typical rate is kept per *segment*: the stretch of the run in which the
+pair's configured path stayed the same.  A median over a whole run that
+changed the rate half-way is a number no one configured; per segment, each
+figure sits next to the rate that was in force.  A window counts towards a
+segment only if it lies wholly inside it.
+
+Counters are attached on a background thread after the instances are up:
+loading and verifying one BPF program per instance costs ~0.1 s each here,
+and measurements alone must not delay the emulation.  Bandwidth sharing
+needs them, though: with sharing on, the run waits for them before it
+starts the commands (local/run.py).  They are optional:
+where the counters library is not built the run goes on without
+measurements and says so once (the shaping does not need them).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from collapsar.errors import CollapsarError
+from collapsar.manager.addressing import NetworkPlan
+
+WINDOW_NS = 1_000_000_000
+ACTIVE_SAMPLES = 1200  # a minute of 50 ms periods: bounded memory in long runs
+SEGMENTS_KEPT = 32  # per pair; older segments are dropped (bounded memory in long runs)
+
+
+@dataclass
+class Segment:
+    start_ns: int
+    configured_bps: int | None  # the path's rate in this segment; None: unlimited
+    cut: bool = False
+    end_ns: int | None = None
+    rates: deque = field(default_factory=lambda: deque(maxlen=ACTIVE_SAMPLES))  # sending throughout
+    partial: deque = field(default_factory=lambda: deque(maxlen=ACTIVE_SAMPLES))  # idle at an edge
+
+    def summary(self, t0_ns: int) -> dict:
+        ordered = sorted(self.rates or self.partial)
+        return {
+            "start_s": (self.start_ns - t0_ns) / 1e9,
+            "end_s": None if self.end_ns is None else (self.end_ns - t0_ns) / 1e9,
+            "configured_bps": self.configured_bps,
+            "cut": self.cut,
+            "median_rate_bps": ordered[len(ordered) // 2] if ordered else None,
+            "windows": len(ordered),
+        }
+
+
+class Meter:
+    def __init__(self, plan: NetworkPlan, factory: Callable[[str, str], object] | None, say: Callable[[str], None]):
+        self._plan = plan
+        self._factory = factory
+        self._say = say
+        self._instance_of = {net.ip: net.instance for net in plan.instances}
+        self._counters: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+        # (src, dst) -> recent (ns, wire bytes) samples, oldest first
+        self._history: dict[tuple[str, str], deque] = {}
+        self._flows: dict[tuple[str, str], dict] = {}
+        self._active: dict[tuple[str, str], deque] = {}
+        self._segments: dict[tuple[str, str], deque[Segment]] = {}
+        self._configured: Callable[[str, str], tuple[int | None, bool]] = lambda src, dst: (None, False)
+        self.t0_ns = time.monotonic_ns()
+
+    def follow(self, configured: Callable[[str, str], tuple[int | None, bool]], t0_ns: int) -> None:
+        """Where segments start from: `configured(src, dst)` gives the pair's
+        (rate_bps, cut) in force now; `t0_ns` is the run's t=0."""
+        self._configured = configured
+        self.t0_ns = t0_ns
+
+    def mark(self, src: str, dst: str, rate_bps: int | None, cut: bool) -> None:
+        """The pair's path changed now: the current segment ends."""
+        segments = self._segments.get((src, dst))
+        if segments is None:
+            return  # no traffic yet: its first segment starts at its first sample
+        now = time.monotonic_ns()
+        segments[-1].end_ns = now
+        segments.append(Segment(now, rate_bps, cut))
+
+    def start(self) -> None:
+        if self._factory is not None:
+            self._thread = threading.Thread(target=self._attach_all, name="counters", daemon=True)
+            self._thread.start()
+
+    def _attach_all(self) -> None:
+        for net in self._plan.instances:
+            if self._closing.is_set():
+                return
+            try:
+                counters = self._factory(net.ifname, net.netns).attach()
+            except CollapsarError as error:
+                self._say(f"warning: no throughput measurements: {error}")
+                return
+            with self._lock:
+                if self._closing.is_set():
+                    counters.detach()
+                    return
+                self._counters[net.instance] = counters
+        self._say(f"counters attached on {len(self._counters)} instances")
+
+    def wait_attached(self) -> None:
+        """Until every instance's counters are attached (or attaching failed)."""
+        if self._thread is not None:
+            self._thread.join()
+
+    @property
+    def attached(self) -> int:
+        with self._lock:
+            return len(self._counters)
+
+    def sample(self) -> None:
+        with self._lock:
+            counters_now = list(self._counters.items())
+        now = time.monotonic_ns()
+        for src, counters in counters_now:
+            for ip, counter in counters.read().items():
+                dst = self._instance_of.get(ip)
+                if dst is None:
+                    continue  # traffic to outside the run (there should be none)
+                key = (src, dst)
+                history = self._history.setdefault(key, deque())
+                history.append((now, counter.wire_bytes))
+                while len(history) > 2 and now - history[1][0] >= WINDOW_NS:
+                    history.popleft()
+                first_ns, first_bytes = history[0]
+                span_ns = now - first_ns
+                rate = int((counter.wire_bytes - first_bytes) * 8e9 / span_ns) if span_ns > 0 else 0
+                segments = self._segments.get(key)
+                if segments is None:
+                    configured, cut = self._configured(src, dst)
+                    segments = self._segments[key] = deque([Segment(self.t0_ns, configured, cut)], maxlen=SEGMENTS_KEPT)
+                if span_ns >= WINDOW_NS // 2 and rate > 0:
+                    # A full-ish window while the flow is sending: a candidate
+                    # for the flow's typical rate (see flows()).
+                    self._active.setdefault(key, deque(maxlen=ACTIVE_SAMPLES)).append(rate)
+                    if first_ns >= segments[-1].start_ns:
+                        # Windows that catch a flow starting or ending are
+                        # part idle: they count only for flows too slow to
+                        # send in every period (see Segment.summary).
+                        throughout = history[1][1] > first_bytes and history[-1][1] > history[-2][1]
+                        (segments[-1].rates if throughout else segments[-1].partial).append(rate)
+                self._flows[key] = {
+                    "src": src,
+                    "dst": dst,
+                    "bytes": counter.bytes,
+                    "packets": counter.packets,
+                    "wire_bytes": counter.wire_bytes,
+                    "rate_bps": rate,
+                }
+
+    def flows(self) -> list[dict]:
+        """Each flow's counters, its rate over the last window, and its
+        median windowed rate while it was sending: the counters see traffic
+        as offered, before the shaper, so a TCP flow's first burst into the
+        queue overshoots; the median is what the flow settled at."""
+        result = []
+        for key in sorted(self._flows):
+            active = sorted(self._active.get(key, ()))
+            median = active[len(active) // 2] if active else 0
+            segments = [seg.summary(self.t0_ns) for seg in self._segments.get(key, ())]
+            result.append({**self._flows[key], "median_rate_bps": median, "segments": segments})
+        return result
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            for counters in self._counters.values():
+                try:
+                    counters.detach()
+                except CollapsarError:
+                    pass  # the namespace is about to go, and the filter with it
+            self._counters.clear()

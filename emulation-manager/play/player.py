@@ -1,0 +1,158 @@
+"""Play a precomputed timeline: at each step's time, apply what changed.
+
+The timeline (collapsar.timeline) already holds the full collapsed state after
+every event, and the set of (src, dst) pairs whose path changed, so a step
+costs only its diff: changed paths go to the emulation cores, joins start
+commands, leaves and crashes stop them.  `plan_step` is pure (tested without
+a kernel); `Player` binds it to an `Actuator` and a `Scheduler`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from collapsar.manager.play.scheduler import Fired, Scheduler
+from collapsar.model import BridgeEvent, LinkEvent, LinkSetEvent, PartitionEvent, Path, ServiceEvent
+
+
+class Actuator(Protocol):
+    """What the player drives.  Optional attributes: `prepare_ahead_ns` (the
+    actuator only queues on the step being prepared, so steps may be prepared
+    that long before their time, see Scheduler) and `step_lock` (held from a
+    step's preparation until it has fired)."""
+
+    def set_paths(self, src: str, paths: dict[str, Path | None]) -> None: ...
+    def start_instance(self, instance: str) -> None: ...
+    def stop_instance(self, instance: str) -> None: ...
+    def kill_instance(self, instance: str) -> None: ...
+    def mark_instance(self, instance: str, status: str) -> None: ...
+
+
+@dataclass
+class StepPlan:
+    """What one timeline step asks of this host, in the order to apply it."""
+
+    stop: list[str] = field(default_factory=list)  # leave: SIGTERM then SIGKILL
+    kill: list[str] = field(default_factory=list)  # crash: SIGKILL
+    paths: dict[str, dict[str, Path | None]] = field(default_factory=dict)  # src -> dst -> path
+    start: list[str] = field(default_factory=list)  # join: start the command
+    marks: dict[str, str] = field(default_factory=dict)  # instance -> up | disconnected
+
+    def is_empty(self) -> bool:
+        return not (self.stop or self.kill or self.paths or self.start or self.marks)
+
+
+def plan_step(prev_state, step, local: set[str] | None = None) -> StepPlan:
+    """Compare two consecutive states.  `local`: instances on this host (None:
+    all); only their processes and their egress paths are ours to touch."""
+    mine = (lambda name: True) if local is None else local.__contains__
+    before = set(prev_state.instances)
+    after = set(step.state.instances)
+    crashed = {
+        target
+        for event in step.events
+        if isinstance(event, ServiceEvent) and event.action == "crash"
+        for target in event.targets
+    }
+    plan = StepPlan()
+    for instance in sorted(before - after):
+        if mine(instance):
+            (plan.kill if instance in crashed else plan.stop).append(instance)
+    for instance in step.state.instances:
+        if instance not in before and mine(instance):
+            plan.start.append(instance)
+    for instance in step.state.instances:
+        if instance in before and mine(instance):
+            status = step.state.status(instance)
+            if status != prev_state.status(instance):
+                plan.marks[instance] = status
+    for src, dst in sorted(step.changed):
+        if mine(src):
+            plan.paths.setdefault(src, {})[dst] = step.state.path(src, dst)
+    return plan
+
+
+def describe_event(event) -> str:
+    if isinstance(event, ServiceEvent):
+        return f"{event.service} {event.action} [{', '.join(event.targets)}]"
+    if isinstance(event, BridgeEvent):
+        return f"bridge {event.bridge} {event.action}"
+    if isinstance(event, LinkSetEvent):
+        return f"link {event.a} -- {event.b} set"
+    if isinstance(event, LinkEvent):
+        return f"link {event.a} -- {event.b} {event.action}"
+    if isinstance(event, PartitionEvent):
+        groups = " | ".join(",".join(sorted(group)) for group in event.groups)
+        return f"partition {event.action} {groups}"
+    return type(event).__name__
+
+
+def apply_plan(plan: StepPlan, actuator: Actuator):
+    """Processes that go are signalled before their paths are cut; paths of
+    joining instances are in place before their commands start.  Returns the
+    starting of joined commands as a follow-up (see Scheduler.run): the step
+    is in force once the network is, and a fork+exec should not count as
+    lateness of the emulated network."""
+    for instance in plan.kill:
+        actuator.kill_instance(instance)
+    for instance in plan.stop:
+        actuator.stop_instance(instance)
+    for src, paths in plan.paths.items():
+        actuator.set_paths(src, paths)
+    for instance, status in plan.marks.items():
+        actuator.mark_instance(instance, status)
+    if not plan.start:
+        return None
+
+    def start_joined() -> None:
+        for instance in plan.start:
+            actuator.start_instance(instance)
+
+    return start_joined
+
+
+class Player:
+    """Runs the timeline's steps after t=0 on their own thread."""
+
+    def __init__(self, timeline, actuator: Actuator, local: set[str] | None = None):
+        self.timeline = timeline
+        self.actuator = actuator
+        steps = timeline.steps
+        entries = []
+        self.last_start_us = 0  # time of the last step that starts an instance
+        for i in range(1, len(steps)):
+            plan = plan_step(steps[i - 1].state, steps[i], local)
+            label = "; ".join(describe_event(e) for e in steps[i].events) or f"step {i}"
+            entries.append((steps[i].at_us, label, self._bind(plan)))
+            if plan.start:
+                self.last_start_us = steps[i].at_us
+        self.scheduler = Scheduler(
+            entries,
+            prepare_ahead_ns=getattr(actuator, "prepare_ahead_ns", 0),
+            hold=getattr(actuator, "step_lock", None),
+        )
+
+    def _bind(self, plan: StepPlan):
+        return lambda: apply_plan(plan, self.actuator)
+
+    @property
+    def log(self) -> list[Fired]:
+        return list(self.scheduler.log)
+
+    @property
+    def pending(self) -> int:
+        return self.scheduler.pending
+
+    @property
+    def last_at_us(self) -> int:
+        steps = self.timeline.steps
+        return steps[-1].at_us if steps else 0
+
+    def start(self) -> int:
+        """Start playing; returns t=0 (monotonic ns)."""
+        return self.scheduler.start()
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+        self.scheduler.join()

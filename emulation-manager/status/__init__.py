@@ -1,0 +1,1 @@
+"""collapsar.manager.status."""
