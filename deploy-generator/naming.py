@@ -26,6 +26,10 @@ IMAGE_MANAGER = f"collapsar/manager:{__version__}"
 IMAGE_NODE = f"collapsar/node:{__version__}"  # workload node, iperf3, ping: services without an image
 IMAGE_DASHBOARD = f"collapsar/dashboard:{__version__}"
 
+# Written into a container once the manager has shaped and named it: the
+# generated files make the workload image's commands wait for it (stack.py,
+# collapsar.manager.container.hostsfile).
+SHAPED_MARK = "/tmp/collapsar-shaped"
 BOOTSTRAP_SERVICE = "collapsar-bootstrap"
 MANAGER_SERVICE = "collapsar-manager"
 NETWORK = "collapsar"

@@ -45,12 +45,12 @@ from collapsar.deploy.naming import (
     MANAGER_SERVICE,
     METADATA_KEY_SECRET,
     NETWORK,
+    SHAPED_MARK,
     TRACE_VOLUME,
     check_service_name,
     key_file_name,
     trace_dir_name,
 )
-from collapsar.manager.container.hostsfile import SHAPED_MARK
 from collapsar.model import Experiment, Service, service_of
 
 SWARM_FILE_VERSION = "3.8"

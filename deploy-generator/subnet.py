@@ -12,11 +12,21 @@ from __future__ import annotations
 import ipaddress
 
 from collapsar.errors import CollapsarError
-from collapsar.manager.addressing import parse_subnet
 
 DEFAULT_BASE = "10.201.0.0"
 DEFAULT_NODE_HEADROOM = 32
 _RESERVED = 3  # network address, gateway, broadcast
+
+
+def parse_subnet(subnet: str, example: str) -> ipaddress.IPv4Network:
+    """A user's --subnet as an IPv4 network, or one line naming what was expected."""
+    try:
+        network = ipaddress.ip_network(subnet, strict=True)
+    except ValueError as error:
+        raise CollapsarError(f"--subnet {subnet}: expected an IPv4 network such as {example} ({error})") from None
+    if network.version != 4:
+        raise CollapsarError(f"--subnet {subnet}: expected an IPv4 network such as {example}")
+    return network
 
 
 def addresses_needed(instances: int, node_headroom: int = DEFAULT_NODE_HEADROOM) -> int:

@@ -13,6 +13,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from collapsar.deploy.subnet import parse_subnet
 from collapsar.errors import CollapsarError
 
 IFNAMSIZ = 15
@@ -71,17 +72,6 @@ def netns_name(run_id: str, instance: str) -> str:
     # bounded; the run id prefix alone keeps it unique per run.
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", instance)
     return f"cx-{run_id}-{safe}"[:200]
-
-
-def parse_subnet(subnet: str, example: str) -> ipaddress.IPv4Network:
-    """A user's --subnet as an IPv4 network, or one line naming what was expected."""
-    try:
-        network = ipaddress.ip_network(subnet, strict=True)
-    except ValueError as error:
-        raise CollapsarError(f"--subnet {subnet}: expected an IPv4 network such as {example} ({error})") from None
-    if network.version != 4:
-        raise CollapsarError(f"--subnet {subnet}: expected an IPv4 network such as {example}")
-    return network
 
 
 def plan_network(run_id: str, instances: list[str], subnet: str = DEFAULT_SUBNET) -> NetworkPlan:

@@ -30,13 +30,19 @@ for _name in ("mount", "umount2", "unshare", "setns"):
     getattr(_libc, _name).restype = ctypes.c_int
 
 
-def _check(result: int, what: str) -> None:
+def setns(fd: int, nstype: int) -> int:
+    """libc's setns(2) for the calling thread: 0, or -1 with errno set."""
+    return _libc.setns(fd, nstype)
+
+
+def check(result: int, what: str) -> None:
+    """A libc call's -1 as OSError, with what was done and errno's words."""
     if result != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int) -> int:
+def mount(source: str | None, target: str, fstype: str | None, flags: int) -> int:
     enc = lambda s: s.encode() if s is not None else None  # noqa: E731
     return _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), None)
 
@@ -45,19 +51,24 @@ def netns_path(name: str) -> str:
     return os.path.join(NETNS_RUN_DIR, name)
 
 
-def _prepare_run_dir() -> None:
+_prepared = False
+
+
+def prepare_run_dir() -> None:
     """/run/netns must be a shared mount point so namespace bind mounts made
-    here are seen by every mount namespace (the convention iproute2 set)."""
+    here are seen by every mount namespace (the convention iproute2 set).
+    Once per process: later calls do nothing."""
+    global _prepared
+    if _prepared:
+        return
+    _prepared = True
     os.makedirs(NETNS_RUN_DIR, exist_ok=True)
-    if _mount("none", NETNS_RUN_DIR, None, MS_SHARED | MS_REC) == 0:
+    if mount("none", NETNS_RUN_DIR, None, MS_SHARED | MS_REC) == 0:
         return
     if ctypes.get_errno() != errno.EINVAL:  # EINVAL: not a mount point yet
-        _check(-1, f"make {NETNS_RUN_DIR} shared")
-    _check(_mount(NETNS_RUN_DIR, NETNS_RUN_DIR, "none", MS_BIND | MS_REC), f"bind {NETNS_RUN_DIR}")
-    _check(_mount("none", NETNS_RUN_DIR, None, MS_SHARED | MS_REC), f"make {NETNS_RUN_DIR} shared")
-
-
-_prepared = False
+        check(-1, f"make {NETNS_RUN_DIR} shared")
+    check(mount(NETNS_RUN_DIR, NETNS_RUN_DIR, "none", MS_BIND | MS_REC), f"bind {NETNS_RUN_DIR}")
+    check(mount("none", NETNS_RUN_DIR, None, MS_SHARED | MS_REC), f"make {NETNS_RUN_DIR} shared")
 
 
 def create_netns(name: str) -> int:
@@ -66,18 +77,15 @@ def create_netns(name: str) -> int:
     The unshare happens on a throwaway thread (setns/unshare of a network
     namespace is per thread), whose namespace outlives it through the bind
     mount."""
-    global _prepared
-    if not _prepared:
-        _prepare_run_dir()
-        _prepared = True
+    prepare_run_dir()
     path = netns_path(name)
     os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
     failure: list[BaseException] = []
 
     def work() -> None:
         try:
-            _check(_libc.unshare(CLONE_NEWNET), f"unshare for {name}")
-            _check(_mount("/proc/thread-self/ns/net", path, "none", MS_BIND), f"bind {path}")
+            check(_libc.unshare(CLONE_NEWNET), f"unshare for {name}")
+            check(mount("/proc/thread-self/ns/net", path, "none", MS_BIND), f"bind {path}")
         except BaseException as error:  # reported on the caller's thread
             failure.append(error)
 
@@ -120,13 +128,13 @@ class InNetns:
         self._saved = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         fd = os.open(netns_path(self.name), os.O_RDONLY)
         try:
-            _check(_libc.setns(fd, CLONE_NEWNET), f"enter netns {self.name}")
+            check(_libc.setns(fd, CLONE_NEWNET), f"enter netns {self.name}")
         finally:
             os.close(fd)
         return self
 
     def __exit__(self, *exc) -> None:
         try:
-            _check(_libc.setns(self._saved, CLONE_NEWNET), "return to the host netns")
+            check(_libc.setns(self._saved, CLONE_NEWNET), "return to the host netns")
         finally:
             os.close(self._saved)

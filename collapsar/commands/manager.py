@@ -20,6 +20,8 @@ import base64
 import os
 import sys
 
+from collapsar.commands.runopts import add_run_options, duration_us, run_options
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -36,24 +38,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="Experiment id on the containers' org.collapsar.experiment label "
         "(default: $COLLAPSAR_EXPERIMENT, else computed from FILE)",
     )
-    parser.add_argument(
-        "--duration", metavar="TIME", default=None, help="Stop after this long from t=0; default: when stopped"
-    )
-    parser.add_argument(
-        "--status-port",
-        type=int,
-        default=7077,
-        metavar="PORT",
-        help="Port of the status API on 127.0.0.1 (0: any free port; -1: none)",
-    )
-    parser.add_argument(
-        "--grace", default="5s", metavar="TIME", help="How long a leaving container gets between SIGTERM and SIGKILL"
-    )
-    parser.add_argument(
-        "--no-sharing",
-        action="store_true",
-        help="Shape each pair to its path's rate only: flows crossing the same link do not share it",
-    )
+    add_run_options(parser, status_port=7077, duration_help="Stop after this long from t=0; default: when stopped")
     parser.add_argument(
         "--wait-up",
         default="120s",
@@ -81,17 +66,11 @@ def _topology(args: argparse.Namespace) -> tuple[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from collapsar.deploy.naming import IMAGE_MANAGER, experiment_id
-    from collapsar.errors import CollapsarError
     from collapsar.manager.container.engine import connect
     from collapsar.parser import parse_text
-    from collapsar.units import UnitError, parse_duration_us
 
-    def duration(flag: str, text: str) -> int:
-        try:
-            return parse_duration_us(text)
-        except UnitError as error:
-            raise CollapsarError(f"{flag} {text}: {error}") from None
-
+    shared = run_options(args)
+    wait_up_us = duration_us("--wait-up", args.wait_up)
     text, source = _topology(args)
     experiment = parse_text(text, source)
     exp_id = args.experiment or experiment_id(experiment, text)
@@ -115,13 +94,10 @@ def run(args: argparse.Namespace) -> int:
     from collapsar.timeline import build_timeline
 
     options = ContainerOptions(
+        **shared,
         experiment_id=exp_id,
-        duration_us=None if args.duration is None else duration("--duration", args.duration),
-        status_port=None if args.status_port < 0 else args.status_port,
-        grace_s=duration("--grace", args.grace) / 1e6,
-        wait_up_s=duration("--wait-up", args.wait_up) / 1e6,
+        wait_up_s=wait_up_us / 1e6,
         bootstrapper=os.environ.get("COLLAPSAR_BOOTSTRAPPER") or None,
-        sharing=not args.no_sharing,
     )
     run_ = ContainerRun(
         experiment, build_timeline(experiment), options, DockerView(client, exp_id), real_tcal(), out=sys.stdout

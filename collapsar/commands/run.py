@@ -54,16 +54,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+from collapsar.commands.runopts import add_run_options, run_options
+
 VM_BOOT_ALLOWANCE_S = 600  # qemu without KVM boots in about a minute; leave room
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="Experiment file (YAML)")
-    parser.add_argument(
-        "--duration",
-        metavar="TIME",
-        default=None,
-        help="Stop after this long from t=0 (e.g. 30s); default: when every command has exited, or on Ctrl-C",
+    add_run_options(
+        parser,
+        status_port=0,
+        duration_help="Stop after this long from t=0 (e.g. 30s); default: when every command has exited, or on Ctrl-C",
     )
     parser.add_argument("--subnet", default="10.77.0.0/16", help="IPv4 subnet for instance addresses")
     parser.add_argument(
@@ -76,28 +77,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="Run inside a throwaway VM with Debian's stock kernel (has sch_netem; about a minute to boot without KVM)",
     )
     parser.add_argument(
-        "--status-port",
-        type=int,
-        default=0,
-        metavar="PORT",
-        help="Port of the status API on 127.0.0.1 (0: any free port; -1: none)",
-    )
-    parser.add_argument(
-        "--grace", default="5s", metavar="TIME", help="How long a leaving instance gets between SIGTERM and SIGKILL"
-    )
-    parser.add_argument(
         "--probe",
         type=int,
         default=0,
         metavar="N",
         help="Before t=0, ping every pair N times and print the measured RTT, "
         "jitter and loss next to the configured ones (probe.json)",
-    )
-    parser.add_argument(
-        "--no-sharing",
-        action="store_true",
-        help="Shape each pair to its collapsed path only: flows crossing the same "
-        "link do not share its capacity (no bandwidth-sharing loop, no Aeron)",
     )
     parser.add_argument(
         "--wait-start",
@@ -120,16 +105,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from collapsar.errors import CollapsarError
-    from collapsar.units import UnitError, parse_duration_us
 
-    def duration(flag: str, text: str) -> int:
-        try:
-            return parse_duration_us(text)
-        except UnitError as error:
-            raise CollapsarError(f"{flag} {text}: {error}") from None
-
-    duration_us = None if args.duration is None else duration("--duration", args.duration)
-    grace_us = duration("--grace", args.grace)
+    shared = run_options(args)  # checked before anything else
     if not 0 <= args.probe <= 10_000:
         raise CollapsarError(f"--probe {args.probe}: expected a number of pings from 0 to 10000")
     from collapsar.manager.programs import require_programs
@@ -156,16 +133,13 @@ def run(args: argparse.Namespace) -> int:
             "collapsar run needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN for namespaces and traffic control)",
             "run it as root, e.g. with sudo",
         )
-    from collapsar.manager.local.run import LocalRun, RunOptions
+    from collapsar.manager.local.run import LocalOptions, LocalRun
 
-    options = RunOptions(
-        duration_us=duration_us,
+    options = LocalOptions(
+        **shared,
         subnet=args.subnet,
         run_base=Path(args.run_dir).resolve() if args.run_dir else None,
-        status_port=None if args.status_port < 0 else args.status_port,
-        grace_s=grace_us / 1e6,
         probe_count=args.probe,
-        sharing=not args.no_sharing,
         wait_start=args.wait_start,
         dashboard=_dashboard_assets(args),
         keep_awake=args.keep_awake,

@@ -1,11 +1,13 @@
 """collapsar.manager.container: the emulation manager for Docker containers.
 
 Container mode differs from local mode (collapsar.manager.local.run) only in
-where network namespaces come from and how instance lifecycle events act:
-the instances are the experiment's containers on this node (found through
-the Docker API and its events stream), and join / leave / crash start, stop
-and kill those containers.  Shaping (EmulationCore), the timeline (Player),
-the counters (Meter) and the status API are local mode's, unchanged.
+where network namespaces come from and how instance lifecycle events act,
+which is its InstanceRuntime (runtime.py): the instances are the
+experiment's containers on this node (found through the Docker API and its
+events stream), and join / leave / crash start, stop and kill those
+containers.  The run itself (loop, signals, status, teardown) is the run
+skeleton both modes share (collapsar.manager.run.skeleton), and shaping
+(EmulationCore), the timeline player and the counters are local mode's.
 
   engine     the Docker API: this experiment's containers, addresses, events,
              start / stop / kill, and Swarm's scale-up for joins
@@ -15,6 +17,9 @@ the counters (Meter) and the status API are local mode's, unchanged.
   meter      local mode's Meter, attaching counters as containers come and go
   hostsfile  instance names in each container's /etc/hosts, and the shaped mark
   inroot     opening those files so that no path leads out of the container
-  run        ContainerRun: discover, shape, play the timeline, tear down
+  run        ContainerRun: the skeleton plus reconciling scans with what is shaped
+  runtime    DockerRuntime: join / leave / crash through the engine
+  options    ContainerOptions: what container mode takes beyond every run's options
+  sharing    the sharing loop on Swarm: the key, the overlay address, the peers
   bootstrap  Swarm's global service that starts the privileged manager
 """

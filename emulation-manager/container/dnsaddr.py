@@ -150,7 +150,7 @@ class DnsAddresses:
         on a thread of its own (setns changes only the calling thread)."""
         if self.pid is None:
             return ask()
-        from collapsar.manager.nsexec import CLONE_NEWNET, _libc
+        from collapsar.manager.nsexec import CLONE_NEWNET, setns
 
         result: list = []
         failure: list[BaseException] = []
@@ -160,7 +160,7 @@ class DnsAddresses:
                 try:
                     fd = os.open(f"/proc/{self.pid}/ns/net", os.O_RDONLY)
                     try:
-                        if _libc.setns(fd, CLONE_NEWNET) != 0:
+                        if setns(fd, CLONE_NEWNET) != 0:
                             code = ctypes.get_errno()
                             raise OSError(code, os.strerror(code))
                     finally:

@@ -25,11 +25,9 @@ import errno
 import os
 from collections.abc import Iterator
 
+from collapsar.deploy.naming import SHAPED_MARK
 from collapsar.manager.container.inroot import RefusedFile, create_new, open_regular, open_root
 
-# Written into a container once it is shaped and named: the generated
-# files make the workload image's commands wait for it (deploy/stack.py).
-SHAPED_MARK = "/tmp/collapsar-shaped"
 HOSTS = "/etc/hosts"
 # Docker's file holds a few lines; a megabyte is a container stuffing it.
 MAX_HOSTS_BYTES = 1 << 20

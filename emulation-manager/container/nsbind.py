@@ -17,8 +17,7 @@ import os
 from pyroute2 import IPRoute
 
 from collapsar.errors import CollapsarError
-from collapsar.manager import nsexec
-from collapsar.manager.nsexec import MS_BIND, InNetns, _check, _mount, netns_path, remove_netns
+from collapsar.manager.nsexec import MS_BIND, InNetns, check, mount, netns_path, prepare_run_dir, remove_netns
 
 
 def binding_name(container_id: str, pid: int) -> str:
@@ -28,15 +27,13 @@ def binding_name(container_id: str, pid: int) -> str:
 def bind(container_id: str, pid: int) -> str:
     """Bind the namespace of `pid` as /run/netns/NAME; return NAME."""
     name = binding_name(container_id, pid)
-    if not nsexec._prepared:  # /run/netns shared, as create_netns makes it
-        nsexec._prepare_run_dir()
-        nsexec._prepared = True
+    prepare_run_dir()  # /run/netns shared, as create_netns makes it
     path = netns_path(name)
     if os.path.exists(path):
         return name  # bound by an earlier scan of this same container run
     os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
     try:
-        _check(_mount(f"/proc/{pid}/ns/net", path, None, MS_BIND), f"bind the netns of pid {pid} to {path}")
+        check(mount(f"/proc/{pid}/ns/net", path, None, MS_BIND), f"bind the netns of pid {pid} to {path}")
     except OSError as error:
         os.unlink(path)
         raise CollapsarError(

@@ -1,6 +1,7 @@
 """ContainerRun: the manager for one experiment's containers on this node.
 
-The order of things:
+It is the run skeleton (collapsar.manager.run.skeleton) with containers as
+instances (container/runtime.py).  The order of things:
 
   check the kernel -> watch the events stream -> scan until every instance
   present at t=0 is shaped (or --wait-up passes) -> t=0: timeline
@@ -31,9 +32,7 @@ looked up again at every rescan.
 from __future__ import annotations
 
 import bisect
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,24 +43,18 @@ from collapsar.manager.container import hostsfile, nsbind
 from collapsar.manager.container.dnsaddr import DnsAddresses, OutageReport
 from collapsar.manager.container.engine import DockerView, Seen
 from collapsar.manager.container.meter import ContainerMeter
-from collapsar.manager.core import EmulationCore, needs_netem
-from collapsar.manager.experiment import all_instances, paths_from, timeline_paths
-from collapsar.manager.play.player import Player
-from collapsar.manager.status.api import StatusBoard, StatusServer, paths_rows
+from collapsar.manager.container.options import ContainerOptions
+from collapsar.manager.container.runtime import DockerRuntime
+from collapsar.manager.core import EmulationCore
+from collapsar.manager.experiment import paths_from
+from collapsar.manager.run.runtime import Place
+from collapsar.manager.run.skeleton import ManagerRun
+from collapsar.manager.status.api import StatusServer
 from collapsar.manager.status.topoview import topology_json
-from collapsar.model import Experiment, service_of
+from collapsar.model import Experiment
+from collapsar.model import Path as NetPath
 
-
-@dataclass
-class ContainerOptions:
-    experiment_id: str
-    duration_us: int | None = None
-    status_port: int | None = 7077  # None: no status API
-    grace_s: float = 5.0
-    wait_up_s: float = 120.0
-    rescan_s: float = 2.0  # rescan even without events: a lost event costs at most this
-    bootstrapper: str | None = None  # container id; the manager stops when it is gone
-    sharing: bool = True  # False: per-pair shaping only
+__all__ = ["ContainerOptions", "ContainerRun"]
 
 
 @dataclass
@@ -72,7 +65,11 @@ class Shaped:
     core: EmulationCore
 
 
-class ContainerRun:
+class ContainerRun(ManagerRun):
+    options: ContainerOptions
+    runtime: DockerRuntime
+    meter: ContainerMeter | None
+
     def __init__(
         self,
         experiment: Experiment,
@@ -82,74 +79,55 @@ class ContainerRun:
         tcal,
         out: TextIO = sys.stdout,
     ):
-        self.experiment, self.timeline, self.options = experiment, timeline, options
-        self.view, self.tcal, self.out = view, tcal, out
-        self.instances = all_instances(timeline)
-        self.netem = needs_netem(timeline_paths(timeline))
+        super().__init__(experiment, timeline, options, DockerRuntime(view, experiment, options), tcal, out)
+        self.run_id = options.experiment_id
+        self.view = view
+        self.wake = view.changed  # an engine event runs the next tick (a rescan) at once
         self._step_times = [step.at_us for step in timeline.steps]
         first = timeline.steps[0].state
         self.status = {name: ("up" if name in first.instances else "absent") for name in self.instances}
-        self.network = dict.fromkeys(self.instances, "up")
         self.ip_of: dict[str, str] = {}  # shared with every core: new addresses reach them all
         self.shaped: dict[str, Shaped] = {}
-        self.seen: dict[str, Seen] = {}
-        self.lock = threading.RLock()  # the player thread and the scans both touch cores
-        self.step_lock = self.lock  # held until a step's queued changes have fired (see Scheduler)
-        self._stop_reason: str | None = None
-        self.t0_ns: int | None = None
-        self.player: Player | None = None
-        self.meter: ContainerMeter | None = None
-        self.sharing = None  # container/sharing.py, unless options.sharing is off
+        self.lock = self.paths_lock  # the player thread and the scans both touch cores
         self.find_peers: Callable[[], list[str]] | None = None  # Swarm: the other nodes' managers
         # Addresses of instances on other nodes (Swarm: dnsaddr.DnsAddresses);
         # None on one host, where the engine reports every container.
         self.remote_addresses: Callable[[], dict[str, str]] | None = None
         self.remote: dict[str, str] = {}
-        self._dns_outage = OutageReport("overlay DNS", self._say)
-        self._peers_outage = OutageReport("finding the other managers", self._say)
+        self._dns_outage = OutageReport("overlay DNS", self.say)
+        self._peers_outage = OutageReport("finding the other managers", self.say)
         self.names_writer: Callable[[int, dict[str, str]], object] = hostsfile.update
         self.shaped_marker: Callable[[int], object] = hostsfile.mark_shaped
         # (instance, pid, file) already warned about: a container that keeps
         # a file the manager refuses is said once, not at every rewrite.
         self._file_warned: set[tuple[str, int, str]] = set()
+        self._last_scan = 0.0
+        self._rescanned = False
 
-    # ---- the Actuator the player drives --------------------------------------
+    @property
+    def seen(self) -> dict[str, Seen]:
+        return self.runtime.seen
 
-    def set_paths(self, src, paths) -> None:
-        with self.lock:
-            shaped = self.shaped.get(src)
-            if shaped is not None:  # not on this node, or not up yet: shaped when found
-                shaped.core.apply({dst: p for dst, p in paths.items() if dst in self.ip_of})
+    def known(self, paths: dict[str, NetPath | None]) -> dict[str, NetPath | None]:
+        return {dst: path for dst, path in paths.items() if dst in self.ip_of}
 
-    def start_instance(self, instance: str) -> None:
-        self.status[instance] = "up"
-        if self.view.owns(instance):
-            self.view.start(instance)  # Compose: deployed stopped, started now
-        elif self.options.bootstrapper:  # Swarm: a new task, wherever Swarm puts it
-            service = service_of(self.experiment, instance)
-            suffix = instance[len(service) + 1 :]
-            self.view.scale_up(service, int(suffix) if suffix else 1)
+    def configured_rate(self, src: str, dst: str) -> tuple[int | None, bool]:
+        if src not in self.cores:
+            return None, True  # unshaped since (stopped): nothing is in force
+        return super().configured_rate(src, dst)
 
-    def stop_instance(self, instance: str) -> None:
-        self.status[instance] = "stopped"
-        if self.view.owns(instance):
-            self.view.stop(instance, self.options.grace_s)
+    def place_of(self, instance: str) -> Place | None:
+        shaped = self.shaped.get(instance)
+        return Place(instance, shaped.netns if shaped else None, self.ip_of.get(instance))
 
-    def kill_instance(self, instance: str) -> None:
-        self.status[instance] = "crashed"
-        if self.view.owns(instance):
-            self.view.kill(instance)
-
-    def mark_instance(self, instance: str, status: str) -> None:
-        self.network[instance] = status
+    def instance_extras(self, instance: str) -> dict:
+        found = self.seen.get(instance)
+        return {"container": found.container_id[:12] if found else None, "shaped": instance in self.shaped}
 
     # ---- reconciling with the engine ------------------------------------------
 
-    def _now_us(self) -> int:
-        return 0 if self.t0_ns is None else (time.monotonic_ns() - self.t0_ns) // 1000
-
     def _state_now(self):
-        index = bisect.bisect_right(self._step_times, self._now_us()) - 1
+        index = bisect.bisect_right(self._step_times, self.now_us()) - 1
         return self.timeline.steps[max(index, 0)].state
 
     def _paths_for(self, src: str) -> dict:
@@ -158,20 +136,20 @@ class ContainerRun:
         }
 
     def scan(self) -> None:
-        seen = self.view.scan()
+        seen = self.runtime.discover()
         # While the overlay's DNS fails, the addresses it gave last still hold.
         remote = self._dns_outage.attempt(self.remote_addresses, self.remote) if self.remote_addresses else {}
         with self.lock:
             self._reconcile(seen, remote)
 
     def _reconcile(self, seen: dict[str, Seen], remote: dict[str, str] | None = None) -> None:
-        self.seen = seen
+        self.runtime.seen = seen
         # Instances on other nodes: only their addresses matter here.
         self.remote = {name: ip for name, ip in (remote or {}).items() if name not in seen and name in self.status}
         new_ips = {**self.remote, **{name: s.ip for name, s in seen.items() if s.ip}}
         moved = [name for name, ip in new_ips.items() if name in self.ip_of and self.ip_of[name] != ip]
         if moved:  # filters match addresses: a moved instance means rebuilding every tree
-            self._say(f"address changed for {', '.join(sorted(moved))}: reinstalling every core")
+            self.say(f"address changed for {', '.join(sorted(moved))}: reinstalling every core")
             for name in list(self.shaped):
                 self._unshape(name, teardown=True)
         added = [name for name in new_ips if name not in self.ip_of or name in moved]
@@ -199,9 +177,9 @@ class ContainerRun:
                 self.status[name] = "up"  # restarted by hand or by the engine
             if name not in self.shaped and now.ip:
                 try:
-                    self._shape(now)
+                    self._shape(now, now.ip)
                 except (CollapsarError, OSError) as error:  # e.g. it stopped meanwhile: rescan
-                    self._say(f"warning: {name}: not shaped yet: {error}")
+                    self.say(f"warning: {name}: not shaped yet: {error}")
                     self.view.changed.set()
         fresh = [name for name in self.shaped if name not in before]
         self._write_names(self.shaped if added else fresh)
@@ -228,12 +206,12 @@ class ContainerRun:
         key = (name, self.shaped[name].seen.pid, file)
         if key not in self._file_warned:
             self._file_warned.add(key)
-            self._say(f"warning: {name}: {line}")
+            self.say(f"warning: {name}: {line}")
 
-    def _shape(self, seen: Seen) -> None:
+    def _shape(self, seen: Seen, ip: str) -> None:
         netns = nsbind.bind(seen.container_id, seen.pid)
         try:
-            ifname = nsbind.ifname_with(netns, seen.ip)
+            ifname = nsbind.ifname_with(netns, ip)
             core = EmulationCore(
                 seen.instance,
                 ifname,
@@ -249,104 +227,77 @@ class ContainerRun:
             nsbind.release(netns)
             raise
         self.shaped[seen.instance] = Shaped(seen, netns, ifname, core)
+        self.cores[seen.instance] = core
         if self.meter is not None:
             self.meter.watch(seen.instance, ifname, netns)
 
     def _unshape(self, name: str, teardown: bool) -> None:
         shaped = self.shaped.pop(name)
+        self.cores.pop(name, None)
         if self.meter is not None:
             self.meter.forget(name)
         if teardown:
             try:
                 shaped.core.teardown()
             except CollapsarError as error:
-                self._say(f"warning: {name}: tc teardown: {error}")
+                self.say(f"warning: {name}: tc teardown: {error}")
         nsbind.release(shaped.netns)
 
     # ---- the run --------------------------------------------------------------
 
-    def _say(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
-
-    def _on_signal(self, signum, frame) -> None:
-        self._stop_reason = signal.Signals(signum).name
-
-    def run(self) -> int:
-        self.tcal.check_kernel(need_netem=self.netem)
-        handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        # As in local mode: the timeline thread must get the GIL soon after
-        # its deadline, whatever the scans and the events stream are doing.
-        old_interval = sys.getswitchinterval()
-        sys.setswitchinterval(0.0005)
-        server = None
-        try:
-            self._say(
-                f"experiment {self.options.experiment_id}: {len(self.instances)} instances; "
-                f"{'netem' if self.netem else 'htb only (no delay, jitter or loss in this experiment)'}"
-            )
-            self.view.watch()
-            self.meter = ContainerMeter(self.tcal.counters_factory, self._say)
-            if self.options.sharing:
-                self._start_sharing()
-            self._wait_up()
-            self.board = StatusBoard(self._paths_json)
-            if self.options.status_port is not None:
-                first = self.timeline.steps[0].state
-                server = StatusServer(
-                    self.board, self.options.status_port, topology=lambda: topology_json(first)
-                ).start()
-                self._say(f"status: http://127.0.0.1:{server.port}/status")
-            self.player = Player(self.timeline, self)
-            self.t0_ns = self.player.start()
-            with self.lock:  # as in local mode, the commands start at t=0
-                self._mark_shaped(list(self.shaped))
-            self._loop()
-        finally:
-            self._tear_down(server)
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
-            sys.setswitchinterval(old_interval)
-        return 0
+    def bring_up(self) -> None:
+        self.say(
+            f"experiment {self.options.experiment_id}: {len(self.instances)} instances; "
+            f"{'netem' if self.netem else 'htb only (no delay, jitter or loss in this experiment)'}"
+        )
+        self.view.watch()
+        self.meter = ContainerMeter(self.tcal.counters_factory, self.say)
+        if self.options.sharing:
+            self._start_sharing()
+        self._wait_up()
+        if self.options.status_port is not None:
+            first = self.timeline.steps[0].state
+            self.server = StatusServer(
+                self.board, self.options.status_port, topology=lambda: topology_json(first)
+            ).start()
+            self.say(f"status: http://127.0.0.1:{self.server.port}/status")
+        self.begin()
+        with self.lock:  # as in local mode, the commands start at t=0
+            self._mark_shaped(list(self.shaped))
+        self._last_scan = time.monotonic()
 
     def _wait_up(self) -> None:
         started = time.monotonic()
         wanted = {name for name, status in self.status.items() if status == "up"}
-        while self._stop_reason is None:
+        while self.stop_reason is None:
             if self.view.changed.wait(0.2):
                 self.scan()
             missing = wanted - set(self.shaped) - set(self.remote)
             if not missing:
-                self._say(
+                self.say(
                     f"all {len(wanted)} instances up in {(time.monotonic() - started) * 1000:.0f} ms: "
                     f"{len(self.shaped)} shaped on this node, {len(self.remote)} on others"
                 )
                 return
             if time.monotonic() - started > self.options.wait_up_s:
                 # Multi-node: the others are on other nodes.  Go on with what is here.
-                self._say(
+                self.say(
                     f"after {self.options.wait_up_s:g}s, {len(self.shaped)} instances shaped on "
                     f"this node; not here: {', '.join(sorted(missing)[:10])}"
                 )
                 return
 
-    def _loop(self) -> None:
-        period_s = self.experiment.settings.period_us / 1e6
-        last_scan = time.monotonic()
-        while self._stop_reason is None:
-            now = time.monotonic()
-            if self.view.changed.is_set() or now - last_scan >= self.options.rescan_s:
-                self.scan()
-                last_scan = now
-                if self.options.bootstrapper and not self.view.is_running(self.options.bootstrapper):
-                    self._stop_reason = "the bootstrapper is gone"
-            self.meter.sample()
-            if self.sharing is not None:
-                self._share(last_scan == now)
-            self.board.publish(self._snapshot())
-            if self.options.duration_us is not None and self._now_us() >= self.options.duration_us:
-                self._stop_reason = "duration reached"
-            self.view.changed.wait(period_s)
-        self._say(f"stopping: {self._stop_reason}")
+    def tick(self) -> None:
+        now = time.monotonic()
+        self._rescanned = self.view.changed.is_set() or now - self._last_scan >= self.options.rescan_s
+        if self._rescanned:
+            self.scan()  # clears view.changed before it lists
+            self._last_scan = now
+
+    def done(self, now_us: int) -> str | None:
+        if self._rescanned and self.options.bootstrapper and not self.view.is_running(self.options.bootstrapper):
+            return "the bootstrapper is gone"
+        return None
 
     def _start_sharing(self) -> None:
         from collapsar.manager.container.sharing import container_sharing
@@ -355,67 +306,33 @@ class ContainerRun:
         if self.options.bootstrapper and isinstance(self.remote_addresses, DnsAddresses):
             dns = self.remote_addresses
             bootstrapper = self.view.inspect(self.options.bootstrapper)
-        self.sharing, self.find_peers = container_sharing(self, self._say, bootstrapper=bootstrapper, dns=dns)
+        self.sharing, self.find_peers = container_sharing(self, self.say, bootstrapper=bootstrapper, dns=dns)
         self._share_peers()
 
     def _share_peers(self) -> None:
         if self.find_peers is None:
             return
-        self.sharing.add_peers(self._peers_outage.attempt(self.find_peers, []))
+        no_peers: list[str] = []  # while they cannot be found, the ones known stay
+        self.sharing.add_peers(self._peers_outage.attempt(self.find_peers, no_peers))
 
-    def _share(self, rescanned: bool) -> None:
-        if rescanned:
+    def share(self, now_us: int) -> None:
+        if self._rescanned:
             self._share_peers()
         with self.lock:
-            self.sharing.own({name: s.core for name, s in self.shaped.items()})
-        self.sharing.tick(self._now_us(), self.meter.flows(), self._state_now())
+            self.sharing.own(dict(self.cores))
+        self.sharing.tick(now_us, self.meter.flows() if self.meter else [], self._state_now())
 
-    def _snapshot(self) -> dict:
-        log = [f.as_dict() for f in self.player.log]
-        return {
-            "run_id": self.options.experiment_id,
-            "source": self.experiment.source,
-            "t_us": self._now_us(),
-            "mode": "container",
-            "state": "running" if self._stop_reason is None else "stopping",
-            "instances": [
-                {
-                    "name": name,
-                    "ip": self.ip_of.get(name),
-                    "netns": self.shaped[name].netns if name in self.shaped else None,
-                    "status": self.status[name],
-                    "network": self.network[name],
-                    "pid": self.seen[name].pid if name in self.seen else None,
-                    "container": self.seen[name].container_id[:12] if name in self.seen else None,
-                    "shaped": name in self.shaped,
-                }
-                for name in self.instances
-            ],
-            "throughput": self.meter.flows(),
-            "sharing": self.sharing.status() if self.sharing is not None else {"enabled": False},
-            "events": {"applied": log, "pending": self.player.pending},
-        }
+    # ---- teardown --------------------------------------------------------------
 
-    def _paths_json(self) -> list[dict]:
-        with self.lock:  # copies made in C only: a step's preparation waits on this lock
-            configured = [(src, s.core.shaped.copy(), s.core.cut.copy()) for src, s in self.shaped.items()]
-        return paths_rows(configured)
+    def teardown_stages(self) -> list[tuple[str, Callable[[], object]]]:
+        return [
+            self.timeline_stage(),
+            *self.closing_stages(),
+            ("stop watching events", self.runtime.close),
+            ("remove the tc trees", self._unshape_all),
+        ]
 
-    def _tear_down(self, server) -> None:
-        """Every stage runs even when one fails; failures are reported."""
-        for what, action in (
-            ("stop the timeline", self.player and self.player.stop),
-            ("stop sharing", self.sharing and self.sharing.close),
-            ("detach the counters", self.meter and self.meter.close),
-            ("stop watching events", self.view.close),
-            ("stop the status API", server and server.stop),
-        ):
-            if action is None:
-                continue
-            try:
-                action()
-            except Exception as error:  # reported; teardown goes on
-                self._say(f"warning: teardown: {what}: {type(error).__name__}: {error}")
+    def _unshape_all(self) -> None:
         with self.lock:
             count = len(self.shaped)
             for name in list(self.shaped):
@@ -425,5 +342,5 @@ class ContainerRun:
                 try:
                     self._unshape(name, teardown=alive)
                 except Exception as error:  # reported; the others still go
-                    self._say(f"warning: teardown: {name}: {type(error).__name__}: {error}")
-        self._say(f"torn down: tc trees and namespace bindings of {count} containers")
+                    self.say(f"warning: teardown: {name}: {type(error).__name__}: {error}")
+        self.say(f"torn down: tc trees and namespace bindings of {count} containers")

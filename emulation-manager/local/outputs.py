@@ -2,7 +2,7 @@
 network exists, the probe's table (probe.json) before t=0, and at the end the
 flow table (flows.json), the event log (events.json), the instances'
 fates (instances.json) and which of them failed on their own.  Functions of
-the `LocalRun` they report on."""
+the `LocalRun` they report on; they read it and never set its attributes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from collapsar.errors import InstanceFailure
 from collapsar.manager.measure import probe
 from collapsar.manager.measure.flows import flow_table
 from collapsar.manager.play.scheduler import percentile
-from collapsar.manager.status.topoview import live_view
 from collapsar.model import service_of
 
 
@@ -51,38 +50,10 @@ def probe_pairs(run) -> None:
         want = {
             (s, d): probe.expected(run.cores[s].configured().get(d), run.cores[d].configured().get(s)) for s, d in pairs
         }
-    run.probe_records = probe.as_records(measured, want)
-    run.rundir.write_file("probe.json", json.dumps(run.probe_records, indent=1))
-    for line in probe.probe_table(run.probe_records):
+    records = probe.as_records(measured, want)
+    run.rundir.write_file("probe.json", json.dumps(records, indent=1))
+    for line in probe.probe_table(records):
         run.say(line)
-
-
-def status_snapshot(run, now_us: int, stopping: bool) -> dict:
-    """What the status API and the dashboard show of the run now."""
-    log = [dict(f.as_dict()) for f in run.player.log]
-    flows = run.meter.flows()
-    return {
-        "run_id": run.run_id,
-        "source": run.experiment.source,
-        "t_us": now_us,
-        "state": "stopping" if stopping else "running" if run.player.started else "waiting",
-        "instances": [
-            {
-                "name": n.instance,
-                "ip": n.ip,
-                "netns": n.netns,
-                "status": run.status[n.instance],
-                "network": run.network[n.instance],
-                "pid": run.supervisor.pid_of(n.instance),
-                "exit_code": run.exit_codes.get(n.instance),
-            }
-            for n in run.plan.instances
-        ],
-        "throughput": flows,
-        "sharing": run.sharing.status() if run.sharing is not None else {"enabled": False},
-        "events": {"applied": log, "pending": run.player.pending, "upcoming": run.player.upcoming()},
-        **live_view(run.timeline.state_at(now_us), flows),  # for the dashboard
-    }
 
 
 def report_flows(run) -> None:

@@ -24,19 +24,31 @@ import atexit
 import logging
 import os
 import re
+import subprocess
 import time
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from cffi import FFI
 
 from collapsar.errors import EnvironmentProblem, RunError
 
-if TYPE_CHECKING:
-    from collapsar.manager.sharing.driver import MediaDriver
-
 log = logging.getLogger(__name__)
+
+
+class Driver(Protocol):
+    """What a client's transport needs of its media driver (driver.MediaDriver)."""
+
+    aeron_dir: Path
+    process: subprocess.Popen | None
+
+    @property
+    def pid(self) -> int | None: ...
+    def alive(self) -> bool: ...
+    def start(self) -> None: ...
+    def stop(self, timeout_s: float = ...) -> int | None: ...
+
 
 TERM_LENGTH_BYTES = 64 * 1024
 DRIVER_TIMEOUT_MS = 2000
@@ -91,7 +103,7 @@ class AeronError(RunError):
 
 def aeron_home() -> Path:
     """Where build-aeron.sh installed libaeron.so, aeronc.h and aeronmd."""
-    default = Path(__file__).resolve().parent.parent / "third_party" / "aeron" / "install"
+    default = Path(__file__).resolve().parents[2] / "third_party" / "aeron" / "install"  # the checkout
     home = Path(os.environ.get("COLLAPSAR_AERON_HOME", default))
     if not (home / "lib" / "libaeron.so").is_file() or not (home / "bin" / "aeronmd").is_file():
         raise EnvironmentProblem(
@@ -132,7 +144,16 @@ def udp_channel(endpoint: str, term_length_bytes: int = TERM_LENGTH_BYTES) -> st
 # ---- client ------------------------------------------------------------------
 
 _open_clients: weakref.WeakSet[Client] = weakref.WeakSet()
-_started_drivers: set[MediaDriver] = set()  # strong: a forgotten driver still gets stopped
+_started_drivers: set[Driver] = set()  # strong: a forgotten driver still gets stopped
+
+
+def stop_at_exit(driver: Driver) -> None:
+    """Stop `driver` when this process exits, after the clients closed."""
+    _started_drivers.add(driver)
+
+
+def forget_at_exit(driver: Driver) -> None:
+    _started_drivers.discard(driver)
 
 
 @atexit.register
@@ -243,7 +264,7 @@ class Client:
         # After a driver timeout the client has already torn its resources down.
         lost = self.driver_lost or (not self.closed and lib.aeron_is_closed(self._client))
         for resource in reversed(self._resources):
-            resource._release(close_handle=not lost)
+            resource.release(close_handle=not lost)
         self._resources.clear()
         if not self.closed:
             lib.aeron_close(self._client)
@@ -273,7 +294,8 @@ class Publication:
     def is_connected(self) -> bool:
         return self._handle is not None and bool(_library().aeron_publication_is_connected(self._handle))
 
-    def _release(self, close_handle: bool) -> None:
+    def release(self, close_handle: bool) -> None:
+        """Close the handle (unless the client already did) and free what it holds."""
         if self._handle is not None and close_handle:
             _library().aeron_publication_close(self._handle, _ffi.NULL, _ffi.NULL)
         self._handle = None
@@ -307,7 +329,8 @@ class Subscription:
     def image_count(self) -> int:
         return 0 if self._handle is None else _library().aeron_subscription_image_count(self._handle)
 
-    def _release(self, close_handle: bool) -> None:
+    def release(self, close_handle: bool) -> None:
+        """Close the handle (unless the client already did) and free what it holds."""
         lib = _library()
         if self._handle is not None and close_handle:
             lib.aeron_subscription_close(self._handle, _ffi.NULL, _ffi.NULL)
@@ -327,7 +350,7 @@ class Transport:
     older than `driver_timeout_ms`: hung or stopped), reports it through the log
     and `on_driver_lost`, restarts the driver and re-adds everything."""
 
-    def __init__(self, driver: MediaDriver, *, driver_timeout_ms: int = DRIVER_TIMEOUT_MS, on_driver_lost=None):
+    def __init__(self, driver: Driver, *, driver_timeout_ms: int = DRIVER_TIMEOUT_MS, on_driver_lost=None):
         self.driver = driver
         self.driver_timeout_ms = driver_timeout_ms
         self.on_driver_lost = on_driver_lost

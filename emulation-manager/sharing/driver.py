@@ -25,7 +25,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from collapsar.manager.sharing.aeron import TERM_LENGTH_BYTES, AeronError, _started_drivers, aeron_home
+from collapsar.manager.sharing.aeron import TERM_LENGTH_BYTES, AeronError, aeron_home, forget_at_exit, stop_at_exit
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class MediaDriver:
             )
         finally:
             os.close(log_fd)
-        _started_drivers.add(self)
+        stop_at_exit(self)
         cnc = self.aeron_dir / "cnc.dat"
         deadline = time.monotonic() + ready_timeout_s
         while time.monotonic() < deadline:
@@ -196,5 +196,5 @@ class MediaDriver:
                 self.process.wait()
         if self.process.returncode == -signal.SIGKILL and self._check_made() is None:
             shutil.rmtree(self.aeron_dir, ignore_errors=True)  # ours, and nobody else will remove it
-        _started_drivers.discard(self)
+        forget_at_exit(self)
         return self.process.returncode

@@ -133,11 +133,6 @@ def _static_links(state) -> list[dict]:
     return out
 
 
-# One per process, for local mode's loop; the cache is keyed by the state
-# object itself, so two runs in one process never see each other's.
-live_view = LiveView()
-
-
 def live_links(state, flows: list[dict]) -> list[dict]:
     """Per link (same ids as topology_json): present, props now, degraded,
     and per direction the busiest instance-level link's load and utilisation."""

@@ -1,0 +1,84 @@
+"""Local mode's instances: commands in the namespaces the run made.
+
+The run's network (netns.py) gives every instance its namespace before t=0;
+this runtime starts each instance's command there under `ip netns exec`
+through the supervisor, which reaps, escalates a leave's SIGTERM to SIGKILL
+after the grace period and records every pid in the journal first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from collapsar.manager.addressing import NetworkPlan
+from collapsar.manager.local.rundir import Journal
+from collapsar.manager.local.supervisor import Exit, Launch, Supervisor
+
+
+@dataclass(frozen=True)
+class Namespace:
+    instance: str
+    ip: str
+    pid: int
+    running: bool = True  # the namespace is there for the whole run, process or not
+
+
+class NamespaceRuntime:
+    mode = "local"
+
+    def __init__(self, plan: NetworkPlan, launches: dict[str, Launch]):
+        self.plan, self.launches = plan, launches
+        self.supervisor: Supervisor | None = None  # once the network is up (open)
+
+    def open(self, log_paths: Callable[[str], tuple[Path, Path]], journal: Journal, grace_s: float) -> None:
+        nets = self.plan.by_instance()
+        self.supervisor = Supervisor(
+            log_paths,
+            # setpriv first: SIGKILL when the manager dies (see supervisor.py),
+            # armed before ip's setup work, which the signal then survives (exec).
+            prefix=lambda inst: ["setpriv", "--pdeathsig", "KILL", "--", "ip", "netns", "exec", nets[inst].netns],
+            on_start=lambda inst, pid, st: journal.record("process", instance=inst, pid=pid, start_time=st),
+            grace_s=grace_s,
+        )
+
+    def _supervisor(self) -> Supervisor:
+        if self.supervisor is None:
+            raise RuntimeError("the run's commands are started only once its network is up")
+        return self.supervisor
+
+    def discover(self) -> dict[str, Namespace]:
+        return {
+            net.instance: Namespace(net.instance, net.ip, self.pid_of(net.instance) or 0) for net in self.plan.instances
+        }
+
+    def start(self, instance: str) -> None:
+        launch = self.launches.get(instance)
+        if launch is not None:  # an instance without a command has only its network
+            supervisor = self._supervisor()
+            supervisor.finish_now(instance)  # a rejoin within a leave's grace period
+            supervisor.start(launch)
+
+    def stop(self, instance: str, grace_s: float) -> None:
+        self._supervisor().stop(instance)  # the supervisor was given grace_s (open)
+
+    def kill(self, instance: str) -> None:
+        self._supervisor().kill(instance)
+
+    def exits(self) -> list[Exit]:
+        return self._supervisor().poll()
+
+    def running(self) -> list[str]:
+        return self._supervisor().running()
+
+    def pid_of(self, instance: str) -> int | None:
+        return None if self.supervisor is None else self.supervisor.pid_of(instance)
+
+    def close(self) -> list[Exit]:
+        if self.supervisor is None:
+            return []
+        try:
+            return self.supervisor.stop_all()
+        finally:
+            self.supervisor.close()

@@ -1,0 +1,306 @@
+"""One manager run, whatever makes its instances.
+
+`ManagerRun` is what local mode (collapsar.manager.local.run.LocalRun) and
+container mode (collapsar.manager.container.run.ContainerRun) have in common,
+written once: the timeline's actuator, the signals, the loop, the status
+snapshot (run/snapshot.py), the paths the status API shows and the staged
+teardown.  A mode adds where its instances and namespaces come from (an
+`InstanceRuntime`, run/runtime.py) and a few steps of its own:
+
+  run():  check the kernel -> hold (mode: lock, journal, ...) -> signals
+          -> bring_up (mode: network, cores, meter, sharing, status API)
+          -> t=0 (begin) -> loop -> tear_down -> verdict (mode)
+  loop:   tick (mode: reap or rescan) -> counters -> sharing -> status
+          -> stop on a signal, --duration, or when the mode says so
+  tear_down: the timeline, then the mode's stages, then what every run
+          closes; every stage runs even when an earlier one failed
+
+Everything the timeline changes (paths, an instance's status) is queued on
+the step being prepared and put in force when the step fires
+(collapsar.tcal.prepared), so a step's Python work is done before its
+deadline in both modes.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from collapsar.manager.core import EmulationCore, needs_netem
+from collapsar.manager.experiment import all_instances, timeline_paths
+from collapsar.manager.play.live import LivePlayer
+from collapsar.manager.run.options import RunOptions
+from collapsar.manager.run.runtime import InstanceRuntime, Place
+from collapsar.manager.run.snapshot import status_snapshot
+from collapsar.manager.run.stallwatch import StallWatch
+from collapsar.manager.status.board import StatusBoard, paths_rows
+from collapsar.manager.status.topoview import LiveView
+from collapsar.model import Experiment
+from collapsar.model import Path as NetPath
+from collapsar.tcal.prepared import PreparedStep
+
+if TYPE_CHECKING:
+    from collapsar.manager.measure.throughput import Meter
+    from collapsar.manager.status.api import StatusServer
+
+# A step's preparation takes ~1-2 ms, under load up to several: the player
+# prepares each step this long before its time.
+PREPARE_AHEAD_NS = 20_000_000
+# The timeline thread must get the GIL soon after its deadline: with the
+# default 5 ms switch interval a busy main loop alone could break the 5 ms
+# lateness budget.
+SWITCH_INTERVAL_S = 0.0005
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: a closed terminal ends the run too
+
+
+def once_in_force(note: Callable[[], None]) -> None:
+    """Bookkeeping of a new state: after the step being prepared fires (see
+    PreparedStep.record), or now outside a step."""
+    step = PreparedStep.current()
+    if step is None:
+        note()
+    else:
+        step.record(note)
+
+
+class ManagerRun:
+    def __init__(
+        self,
+        experiment: Experiment,
+        timeline,
+        options: RunOptions,
+        runtime: InstanceRuntime,
+        tcal,
+        out: TextIO = sys.stdout,
+    ):
+        self.experiment, self.timeline, self.options = experiment, timeline, options
+        self.runtime, self.tcal, self.out = runtime, tcal, out
+        self.run_id = ""  # the mode names its run
+        self.instances = all_instances(timeline)
+        self.netem = needs_netem(timeline_paths(timeline))
+        self.cores: dict[str, EmulationCore] = {}
+        # Two sides of an instance: its process (absent, up, stopped, crashed,
+        # exited(N)) and its network (up, disconnected).
+        self.status: dict[str, str] = dict.fromkeys(self.instances, "absent")
+        self.network: dict[str, str] = dict.fromkeys(self.instances, "up")
+        self.exit_codes: dict[str, int] = {}
+        self.stop_reason: str | None = None
+        # Held by the timeline thread from a step's preparation until it has
+        # fired, by the sharing loop for its changes, by scans and by readers
+        # of the cores' paths (re-entrant: set_paths takes it inside a step).
+        self.paths_lock = threading.RLock()
+        self.step_lock = self.paths_lock
+        self.paths_version = 0  # one more per set_paths: /paths is built again only then
+        self.prepare_ahead_ns = PREPARE_AHEAD_NS
+        self.t0_ns: int | None = None
+        self.player = LivePlayer(timeline, self)
+        self.meter: Meter | None = None
+        self.sharing: Any = None  # the mode's sharing loop once up, unless sharing is off
+        self.board = StatusBoard(self.paths_json, lambda: self.paths_version)
+        self.server: StatusServer | None = None
+        self.wake = threading.Event()  # set to run the loop's next tick now
+        self.live_view = LiveView()  # the dashboard's links and flows, cached per state
+
+    @property
+    def mode(self) -> str:
+        return self.runtime.mode
+
+    # ---- the Actuator the player drives --------------------------------------
+
+    def set_paths(self, src: str, paths: dict[str, NetPath | None]) -> None:
+        with self.paths_lock:  # the status API reads the cores' paths meanwhile
+            core = self.cores.get(src)
+            if core is None:
+                return  # not on this host, or not shaped yet: shaped when found
+            core.apply(self.known(paths))
+            self.paths_version += 1
+            marks = [(dst, *self.configured_rate(src, dst)) for dst in paths if dst != src]
+
+        def mark_all() -> None:
+            if self.meter is not None:
+                for dst, rate_bps, cut in marks:
+                    self.meter.mark(src, dst, rate_bps, cut)
+
+        once_in_force(mark_all)
+
+    def known(self, paths: dict[str, NetPath | None]) -> dict[str, NetPath | None]:
+        """The destinations a core can be told about (container mode: those
+        whose address is known)."""
+        return paths
+
+    def configured_rate(self, src: str, dst: str) -> tuple[int | None, bool]:
+        """(rate_bps, cut) of the path in force from src to dst."""
+        core = self.cores[src]
+        path = core.shaped.get(dst)
+        return (None if path is None else path.rate_bps), (path is None or dst in core.cut)
+
+    def start_instance(self, instance: str) -> None:
+        # Joins start in the step's follow-up (player.apply_plan), after it fired.
+        self.status[instance] = "up"
+        self.runtime.start(instance)
+
+    def stop_instance(self, instance: str) -> None:
+        self.runtime.stop(instance, self.options.grace_s)
+        once_in_force(lambda: self.status.update({instance: "stopped"}))
+
+    def kill_instance(self, instance: str) -> None:
+        self.runtime.kill(instance)
+        once_in_force(lambda: self.status.update({instance: "crashed"}))
+
+    def mark_instance(self, instance: str, status: str) -> None:
+        # disconnect/reconnect: the process keeps running
+        once_in_force(lambda: self.network.update({instance: status}))
+
+    # ---- the run --------------------------------------------------------------
+
+    def say(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    def stop(self, reason: str) -> None:
+        """End the run at the loop's next tick (from a signal handler, the
+        control API's thread or the loop itself)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    def _on_signal(self, signum, frame) -> None:
+        self.stop(signal.Signals(signum).name)
+
+    def run(self) -> int:
+        self.tcal.check_kernel(need_netem=self.netem)  # before anything is created
+        with self.hold():
+            handlers = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+            old_interval = sys.getswitchinterval()
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
+            try:
+                self.bring_up()
+                self.loop()
+            finally:
+                self.tear_down()
+                for sig, handler in handlers.items():
+                    signal.signal(sig, handler)
+                sys.setswitchinterval(old_interval)
+        self.verdict()
+        return 0
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """What the mode holds for the whole run (local mode: the lock and
+        the run directory)."""
+        yield
+
+    def bring_up(self) -> None:
+        raise NotImplementedError
+
+    def begin(self) -> int:
+        """t=0: the timeline starts, and the meter's segments with it."""
+        self.t0_ns = t0_ns = self.player.start()
+        if self.meter is not None:
+            self.meter.follow(self.configured_rate, t0_ns)
+        return t0_ns
+
+    def now_us(self) -> int:
+        """Experiment time; 0 before t=0."""
+        return 0 if self.t0_ns is None else (time.monotonic_ns() - self.t0_ns) // 1000
+
+    def loop(self) -> None:
+        period_s = self.experiment.settings.period_us / 1e6
+        next_tick = time.monotonic()
+        watch = StallWatch(self.stall_file(), self.say)
+        try:
+            while self.stop_reason is None:
+                watch.beat()
+                self.tick()
+                now_us = self.now_us()
+                if self.meter is not None:
+                    self.meter.sample()
+                if self.sharing is not None:
+                    self.share(now_us)
+                self.board.publish(self.snapshot(now_us))
+                if self.options.duration_us is not None and now_us >= self.options.duration_us:
+                    self.stop("duration reached")
+                elif (reason := self.done(now_us)) is not None:
+                    self.stop(reason)
+                next_tick += period_s
+                now = time.monotonic()
+                if next_tick < now - period_s:
+                    next_tick = now  # fell behind (a slow tick): skip, do not burst to catch up
+                if self.wake.wait(max(0.0, next_tick - now)):
+                    next_tick = time.monotonic()  # woken early: the schedule goes on from here
+        finally:
+            watch.close()
+        self.say(f"stopping: {self.stop_reason}")
+
+    def stall_file(self) -> Path | None:
+        """Where a stalled loop's stacks go (None: standard error)."""
+        return None
+
+    def tick(self) -> None:
+        """The mode's work each period (reap exits, rescan); clears `wake`
+        once it has done what woke it."""
+
+    def share(self, now_us: int) -> None:
+        self.sharing.tick(now_us)
+
+    def done(self, now_us: int) -> str | None:
+        """Why the run ends on its own now, if it does."""
+        return None
+
+    def snapshot(self, now_us: int) -> dict:
+        return status_snapshot(self, now_us)
+
+    def place_of(self, instance: str) -> Place | None:
+        """Where the instance's network is, as far as this host knows."""
+        raise NotImplementedError
+
+    def instance_extras(self, instance: str) -> dict:
+        """Fields of one instance's status row that only this mode has."""
+        return {}
+
+    def paths_json(self) -> list[dict]:
+        with self.paths_lock:  # copies made in C only: step preparation waits on this lock
+            configured = [(src, core.shaped.copy(), core.cut.copy()) for src, core in self.cores.items()]
+        return paths_rows(configured)
+
+    def tear_down(self) -> None:
+        """Every stage runs even if an earlier one failed: a half-torn-down
+        run is the one thing worse than a failed run."""
+        failures: list[str] = []
+        for what, action in self.teardown_stages():
+            try:
+                action()
+            except Exception as error:  # reported below; teardown goes on
+                failures.append(f"{what}: {type(error).__name__}: {error}")
+        self.torn_down(failures)
+
+    def teardown_stages(self) -> list[tuple[str, Callable[[], object]]]:
+        """(what, action) in order.  A mode puts its own around these: its
+        processes after the timeline, its namespaces after the rest."""
+        return [self.timeline_stage(), *self.closing_stages()]
+
+    def timeline_stage(self) -> tuple[str, Callable[[], object]]:
+        return ("stop the timeline", self.player.stop)
+
+    def closing_stages(self) -> list[tuple[str, Callable[[], object]]]:
+        """What measured, shared and reported during the run."""
+        stages: list[tuple[str, Callable[[], object]]] = [
+            (f"close {name}", obj.close)
+            for name, obj in (("sharing", self.sharing), ("meter", self.meter))
+            if obj is not None
+        ]
+        stages.append(("close the status board", self.board.close))
+        if self.server is not None:
+            stages.append(("stop the status API", self.server.stop))
+        return stages
+
+    def torn_down(self, failures: list[str]) -> None:
+        for line in failures:
+            self.say(f"warning: teardown: {line}")
+
+    def verdict(self) -> None:
+        """After teardown: raise if the run failed (local mode)."""
