@@ -14,7 +14,7 @@ message is dropped as well; and `PeerFlows` keeps them, forgetting senders
 silent for `expiry_periods`.
 
 The transport is anything with `offer(bytes) -> int` and `poll() ->
-list[bytes]`: `aeron.Transport` in a run (see `open_aeron`), a list in unit
+list[bytes]`: `transport.Transport` in a run (see `open_aeron`), a list in unit
 tests.  Channels: `aeron:ipc` reaches the other managers that share this
 host's media driver, one `aeron:udp` publication per peer manager reaches
 the others, and one UDP subscription on `listen` hears them.  The metadata
@@ -173,9 +173,10 @@ def open_aeron(
     driver_timeout_ms: int | None = None,
 ):
     """Start this manager's media driver and the channels of the bus; returns
-    the `aeron.Transport` (restarts a lost driver and re-adds the channels)."""
-    from collapsar.manager.sharing.aeron import DRIVER_TIMEOUT_MS, Transport, ipc_channel, udp_channel
+    the `transport.Transport` (restarts a lost driver and re-adds the channels)."""
+    from collapsar.manager.sharing.aeron import DRIVER_TIMEOUT_MS, ipc_channel, udp_channel
     from collapsar.manager.sharing.driver import MediaDriver
+    from collapsar.manager.sharing.transport import Transport
 
     transport = Transport(
         MediaDriver(aeron_dir, prefix=prefix, log_path=log_path),

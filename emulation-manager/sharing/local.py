@@ -8,7 +8,7 @@ this host's Aeron media driver (its dir in /dev/shm, its log in the run
 directory; it gets SIGTERM when the manager dies, even by SIGKILL:
 sharing/driver.py) and publishes on `aeron:ipc`, where other managers sharing this
 host's driver would hear it; a lost driver is reported on the run's output
-and in the status, restarted, and the channels re-added (aeron.Transport).
+and in the status, restarted, and the channels re-added (transport.Transport).
 Where Aeron is not built, sharing still works among this manager's own
 instances and says once that it cannot talk to other managers.
 

@@ -16,9 +16,10 @@ import uuid
 import pytest
 
 from collapsar.errors import EnvironmentProblem
-from collapsar.manager.sharing.aeron import AeronError, Client, Transport, aeron_home, ipc_channel, udp_channel
+from collapsar.manager.sharing.aeron import AeronError, Client, aeron_home, ipc_channel, udp_channel
 from collapsar.manager.sharing.driver import MediaDriver
 from collapsar.manager.sharing.metadata import Codec, FlowReport, Inbox, Message
+from collapsar.manager.sharing.transport import Transport
 
 pytestmark = pytest.mark.timing  # waits for a lost driver to be noticed and replaced
 
