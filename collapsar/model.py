@@ -18,6 +18,7 @@ Vocabulary:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -196,15 +197,28 @@ def instance_name(service: str, index: int) -> str:
     return service if index == 1 else f"{service}-{index}"
 
 
+_REPLICA = re.compile(r"^(.+)-([0-9]+)$")
+
+
+def instance_parts(name: str) -> tuple[str, int] | None:
+    """(service, index) when `name` is what instance_name gives a replica
+    past the first (`web-3` -> ("web", 3)); None for any other name (`web`,
+    `web-1`, `web-03`).  Whether that service exists is the caller's check."""
+    match = _REPLICA.match(name)
+    if match is None:
+        return None
+    service, index = match.group(1), int(match.group(2))
+    return (service, index) if instance_name(service, index) == name else None
+
+
 def service_of(experiment: Experiment, instance: str) -> str:
     """`web-3` -> `web` (instance names are service, service-2, ...)."""
-    for service in sorted(experiment.services, key=lambda s: -len(s.name)):
-        name = service.name
-        if instance == name:
-            return name
-        suffix = instance[len(name) + 1 :]
-        if instance.startswith(name + "-") and suffix.isdigit():
-            return name
+    names = {service.name for service in experiment.services}
+    if instance in names:
+        return instance
+    parts = instance_parts(instance)
+    if parts is not None and parts[0] in names:
+        return parts[0]
     raise CollapsarError(f"instance {instance}: belongs to no service of {experiment.source}")
 
 

@@ -8,11 +8,10 @@ checked afterwards, in time order, by `presence.resolve`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from collapsar import parse_common as pc
-from collapsar.model import instance_name
+from collapsar.model import instance_parts
 from collapsar.parse_common import Report
 from collapsar.parse_links import LINK_KEYS, PROP_KEYS, PropValues, read_direction, read_props
 from collapsar.presence import Elements, Pending, fmt_time
@@ -22,7 +21,6 @@ from collapsar.yamlsrc import Node
 TARGETS = ("service", "instance", "bridge", "link", "partition")
 SERVICE_ACTIONS = ("join", "leave", "crash", "disconnect", "reconnect")
 MAX_FLAP_CHANGES = 10_000
-_INSTANCE = re.compile(r"^(.+)-([0-9]+)$")
 
 
 @dataclass
@@ -102,11 +100,8 @@ def _split_instance(name: str, elements: Elements) -> str | None:
     """The service an instance name belongs to, or None."""
     if name in elements.services:
         return name
-    match = _INSTANCE.match(name) if len(name) <= 63 else None
-    if match and match.group(1) in elements.services:
-        if instance_name(match.group(1), int(match.group(2))) == name:
-            return match.group(1)
-    return None
+    parts = instance_parts(name) if len(name) <= 63 else None
+    return parts[0] if parts is not None and parts[0] in elements.services else None
 
 
 def _unknown(report: Report, node: Node, label: str, name: str, elements: Elements, wanted: str) -> None:

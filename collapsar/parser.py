@@ -27,6 +27,7 @@ from collapsar.model import (
     ServiceEvent,
     Settings,
     instance_name,
+    instance_parts,
 )
 from collapsar.parse_common import Report, read_input
 from collapsar.parse_events import parse_events
@@ -40,7 +41,6 @@ TOP_KEYS = ("experiment", "services", "bridges", "links", "events")
 SETTINGS_KEYS = ("name", "period", "paths", "seed", "wire-overhead")
 SERVICE_KEYS = ("command", "workload", "image", "replicas", "env", "workdir", "cpus", "memory")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_INSTANCE = re.compile(r"^(.+)-([0-9]+)$")
 
 
 def parse_file(path: str | os.PathLike) -> Experiment:
@@ -334,16 +334,14 @@ def _elements(report: Report, services: list[Service], bridges: list[Bridge]) ->
         else:
             elements.bridges[element.name] = element
     for name, where in elements.where.items():
-        match = _INSTANCE.match(name)
-        if match is None:
-            continue
-        base = match.group(1)
-        if base in elements.services and instance_name(base, int(match.group(2))) == name:
+        parts = instance_parts(name)
+        if parts is not None and parts[0] in elements.services:
+            base, index = parts
             kind = "service" if name in elements.services else "bridge"
             report.add(
                 where.line,
                 f"{kind} {name}: name collides with instance "
-                f"{int(match.group(2))} of service {base!r} (instances are named "
+                f"{index} of service {base!r} (instances are named "
                 f"{base}, {base}-2, {base}-3, ...)",
             )
     return elements

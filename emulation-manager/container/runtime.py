@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collapsar.manager.container.engine import DockerView, Seen
 from collapsar.manager.container.options import ContainerOptions
-from collapsar.model import Experiment, service_of
+from collapsar.model import Experiment, instance_parts, service_of
 
 
 class DockerRuntime:
@@ -30,8 +30,8 @@ class DockerRuntime:
             self.view.start(instance)  # Compose: deployed stopped, started now
         elif self.options.bootstrapper:  # Swarm: a new task, wherever Swarm puts it
             service = service_of(self.experiment, instance)
-            suffix = instance[len(service) + 1 :]
-            self.view.scale_up(service, int(suffix) if suffix else 1)
+            parts = instance_parts(instance)
+            self.view.scale_up(service, 1 if parts is None else parts[1])
 
     def stop(self, instance: str, grace_s: float) -> None:
         if self.view.owns(instance):
