@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from collapsar.deploy.naming import LABEL_EXPERIMENT, LABEL_ROLE, LABEL_SERVICE, instance_of
 from collapsar.errors import CollapsarError, EnvironmentProblem
@@ -76,7 +77,7 @@ class DockerView:
         self.changed = threading.Event()
         self.changed.set()  # the first scan is always due
         self._stop = threading.Event()
-        self._stream = None
+        self._stream: Any = None  # the SDK's events generator (untyped), once watching
         self._ids: dict[str, str] = {}  # instance -> container id, from the last scan
         self._network_ids: set[str] = set()
         self._control: bool | None = None  # this node is a swarm manager

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 from collapsar.errors import CollapsarError
-from collapsar.manager.measure.throughput import Meter
+from collapsar.manager.measure.throughput import CountersFactory, Meter
 
 
 class ContainerMeter(Meter):
-    def __init__(self, factory: Callable[[str, str], object] | None, say: Callable[[str], None]):
+    def __init__(self, factory: CountersFactory | None, say: Callable[[str], None]):
         super().__init__(SimpleNamespace(instances=()), factory, say)
         self._warned = False
         self._wanted: dict[str, str] = {}  # instance -> the namespace it is shaped in now
@@ -39,6 +39,8 @@ class ContainerMeter(Meter):
         ).start()
 
     def _attach(self, instance: str, ifname: str, netns: str) -> None:
+        if self._factory is None:
+            return
         try:
             counters = self._factory(ifname, netns).attach()
         except CollapsarError as error:

@@ -30,6 +30,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 from collapsar.errors import CollapsarError
 from collapsar.manager.addressing import check_run_id, netns_name, plan_network
@@ -87,7 +88,7 @@ def in_run_netns(pid: int, netns: str, inode: int) -> bool:
     return netns_of_process(pid) == inode and netns_file_inode(netns) == inode
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -138,7 +139,7 @@ class _Check:
         for i, r in self.of_kind("netns"):
             name, instance = r.get("name"), r.get("instance")
             want = netns_name(self.run_id, instance) if isinstance(instance, str) else None
-            if want is None or name != want or "/" in want:
+            if want is None or not isinstance(instance, str) or name != want or "/" in want:
                 self.bad(
                     i,
                     f"netns record {name!r} (instance {instance}): not a namespace of run "
@@ -150,7 +151,7 @@ class _Check:
                 self.netns[want] = instance
         for i, r in self.of_kind("netns_inode"):
             name, inode = r.get("name"), r.get("inode")
-            if name not in self.netns or not _is_int(inode):
+            if not isinstance(name, str) or name not in self.netns or not _is_int(inode):
                 self.bad(
                     i,
                     f"netns_inode record {name!r}: not a namespace this journal records for run "

@@ -298,27 +298,29 @@ def _file_journal(run_dir: Path, data: bytes, dir_fd: int | None) -> str | None:
         f"{run_dir} is not the run directory the run created (replaced or a symlink); its journal was not copied there"
     )
     own = dir_fd is None
-    if own:
+    if dir_fd is None:
         try:
-            dir_fd = open_dir(run_dir)
+            fd = open_dir(run_dir)
         except FileNotFoundError:
             return None  # deleted with its logs (e.g. under /tmp): nothing to file it in
         except OSError:
             return refused
+    else:
+        fd = dir_fd
     try:
-        itself = os.fstat(dir_fd)
+        itself = os.fstat(fd)
         if own and _created_dir(data) != (itself.st_dev, itself.st_ino):
             return refused
         tmp = JOURNAL + ".tmp"
         try:  # a copy a killed cleanup left half-written
-            os.unlink(tmp, dir_fd=dir_fd)
+            os.unlink(tmp, dir_fd=fd)
         except FileNotFoundError:
             pass
-        create_file_at(dir_fd, tmp, data)
-        os.replace(tmp, JOURNAL, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # replaces our symlink itself
+        create_file_at(fd, tmp, data)
+        os.replace(tmp, JOURNAL, src_dir_fd=fd, dst_dir_fd=fd)  # replaces our symlink itself
     finally:
         if own:
-            os.close(dir_fd)
+            os.close(fd)
     return None
 
 

@@ -23,11 +23,39 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from collapsar.errors import CollapsarError
-from collapsar.manager.addressing import NetworkPlan
+from collapsar.manager.addressing import InstanceNet
+
+
+class DestCounter(Protocol):
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def packets(self) -> int: ...
+    @property
+    def wire_bytes(self) -> int: ...
+
+
+class Counters(Protocol):
+    """One instance's per-destination counters (collapsar.tcal.counters.Counters)."""
+
+    def attach(self) -> Counters: ...
+    def read(self) -> dict[str, DestCounter]: ...  # destination ip -> its counter
+    def detach(self) -> None: ...
+
+
+class Instances(Protocol):
+    """Where the counters go: each instance's interface and namespace."""
+
+    @property
+    def instances(self) -> Iterable[InstanceNet]: ...
+
+
+CountersFactory = Callable[[str, str], Counters]  # (ifname, netns) -> counters, not attached yet
 
 WINDOW_NS = 1_000_000_000
 ACTIVE_SAMPLES = 1200  # a minute of 50 ms periods: bounded memory in long runs
@@ -56,12 +84,12 @@ class Segment:
 
 
 class Meter:
-    def __init__(self, plan: NetworkPlan, factory: Callable[[str, str], object] | None, say: Callable[[str], None]):
+    def __init__(self, plan: Instances, factory: CountersFactory | None, say: Callable[[str], None]):
         self._plan = plan
         self._factory = factory
         self._say = say
         self._instance_of = {net.ip: net.instance for net in plan.instances}
-        self._counters: dict[str, object] = {}
+        self._counters: dict[str, Counters] = {}
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
@@ -94,6 +122,8 @@ class Meter:
             self._thread.start()
 
     def _attach_all(self) -> None:
+        if self._factory is None:
+            return
         for net in self._plan.instances:
             if self._closing.is_set():
                 return

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from collapsar.manager.sharing.aeron import DRIVER_TIMEOUT_MS, Client, Driver, Publication, Subscription
+from collapsar.manager.sharing.aeron import DRIVER_TIMEOUT_MS, AeronError, Client, Driver, Publication, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +34,15 @@ class Transport:
         self.client = Client(self.driver.aeron_dir, driver_timeout_ms=self.driver_timeout_ms)
         self._open = [self.client.add(kind, channel, stream_id) for kind, channel, stream_id in self._wanted]
 
+    def _client(self) -> Client:
+        if self.client is None:
+            raise AeronError("the transport is not started")
+        return self.client
+
     def add(self, kind: str, channel: str, stream_id: int) -> None:
         """kind: "publication" or "subscription"; kept across driver restarts."""
         self._wanted.append((kind, channel, stream_id))
-        self._open.append(self.client.add(kind, channel, stream_id))
+        self._open.append(self._client().add(kind, channel, stream_id))
 
     def driver_problem(self) -> str | None:
         """Why the driver is unusable, or None when it is fine."""
@@ -58,7 +63,7 @@ class Transport:
         log.error("%s; restarting it in %s", problem, self.driver.aeron_dir)
         if self.on_driver_lost:
             self.on_driver_lost(problem)
-        self.client.close()
+        self._client().close()
         self.driver.stop(timeout_s=1.0)  # a hung driver gets SIGKILL
         self.start()
         return True
@@ -70,9 +75,9 @@ class Transport:
 
     def poll(self) -> list[bytes]:
         self.check()
-        self.client.do_work()
+        self._client().do_work()
         if self.check():  # do_work is where the client notices a silent driver
-            self.client.do_work()
+            self._client().do_work()
         return [m for r in self._open if isinstance(r, Subscription) for m in r.poll()]
 
     def close(self) -> None:

@@ -48,7 +48,7 @@ def binds_loopback(bind: str) -> bool:
         found = {info[4][0] for info in socket.getaddrinfo(bind, None, type=socket.SOCK_STREAM)}
     except (OSError, UnicodeError):  # the server cannot bind it either, and says so
         return False
-    return bool(found) and all(ipaddress.ip_address(ip.split("%")[0]).is_loopback for ip in found)
+    return bool(found) and all(ipaddress.ip_address(str(ip).split("%")[0]).is_loopback for ip in found)
 
 
 # The page loads its own bundle and talks to its own origin only.
@@ -177,6 +177,9 @@ class _Handler(GuardedHandler):
     def _asset(self, name: str) -> None:
         """A file of the built page; names are looked up, never joined blindly."""
         name = name or "index.html"
+        if self.assets is None:  # routed here only when the run serves the page
+            self._json({"error": "this run serves no dashboard"}, 404)
+            return
         root = self.assets.resolve()
         target = (root / name).resolve()
         if root not in target.parents or not target.is_file():
@@ -275,7 +278,7 @@ class StatusServer:
         error_log: Path | None = None,
     ):
         """`error_log`: where tracebacks of failed requests go (None: stderr)."""
-        handler = type(
+        handler: type[_Handler] = type(
             "Handler",
             (_Handler,),
             {

@@ -89,10 +89,10 @@ class RunControl:
         token: str,
         start: Callable[[], dict] | None = None,
         stop: Callable[[], dict] | None = None,
-        link: Callable[[dict], dict] | None = None,
+        link: Callable[[object], dict] | None = None,
     ):
         self.token = token
-        self._actions = {"start": start, "stop": stop, "link": link}
+        self._start, self._stop, self._link = start, stop, link
 
     def authorized(self, header: str | None) -> bool:
         return bearer_matches(header, self.token)
@@ -101,13 +101,15 @@ class RunControl:
         """`authorization` is already checked here; a proxy passes it on."""
         if action not in ACTIONS:
             raise ControlRefused(404, f"no control action {action[:40]!r}; expected one of {', '.join(ACTIONS)}")
-        callback = self._actions[action]
+        if action == "link" and self._link is not None:
+            return self._link(body)  # the body's shape is checked by read_change
+        callback = {"start": self._start, "stop": self._stop}.get(action)
         if callback is None:
             why = (
                 "this run was not started with --wait-start" if action == "start" else "this manager does not offer it"
             )
             raise ControlRefused(409, f"{action}: {why}")
-        return callback(body) if action == "link" else callback()
+        return callback()
 
 
 def read_change(body: object) -> tuple[str, str, dict]:

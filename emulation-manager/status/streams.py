@@ -23,6 +23,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from typing import cast
 
 from collapsar.manager.status.board import StatusBoard
 from collapsar.manager.status.guard import Counters, ErrorLog, Limits, Slots
@@ -76,7 +77,7 @@ class Streams:
                     return
                 try:
                     for key, events in self._selector.select(0):
-                        self._ready(key.fileobj, events)
+                        self._ready(cast(socket.socket, key.fileobj), events)  # only sockets are registered
                     seen = self._send_all(time.monotonic())
                 except Exception:  # a bug: reported, and the streams go on
                     self._errors.report("the status API's streams failed", traceback.format_exc())
