@@ -2,7 +2,7 @@
 
 Compose runs it as a service (stack.compose_file); on Swarm, which cannot run
 privileged services, the bootstrapper starts it through the Docker API
-(collapsar.manager.bootstrap) from this same description, so the two modes
+(collapsar.manager.container.bootstrap) from this same description, so the two modes
 cannot drift apart.
 
 Why each setting:
