@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 
-from workload_bench import BUILD, ROOT, Node, Variant
+from workload_support import BUILD, ROOT, Node, Variant
 
 UNBATCHED = BUILD / "unbatched"
 VARIANTS = ("off", "on", "unbatched")

@@ -122,7 +122,7 @@ def test_opentelemetry_trace_links_client_and_nodes(start_node, run_client, tmp_
     first.stop()
     second.stop()
     spans = []
-    for path in (tc, t1, t2):  # the schema itself: test_trace_schema.py
+    for path in (tc, t1, t2):  # the schema itself: test_trace_schema_*.py
         for line in path.read_text().splitlines():
             for rs in json.loads(line)["resourceSpans"]:
                 service = rs["resource"]["attributes"][0]["value"]["stringValue"]
