@@ -5,8 +5,9 @@
  * outbound connections. A request over a cap is answered ERR (never run,
  * never clipped) and counted. The flags are one table: parsing, ranges and
  * the help text come from it. */
-#include "node.h"
+#include "caps.h"
 #include "units.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <stddef.h>

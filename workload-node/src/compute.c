@@ -3,7 +3,8 @@
  * wall time spins on the clock; a calibrated loop runs a fixed amount of
  * arithmetic, measured once at start-up, so that a slower or shared CPU
  * makes it take longer, as the same code would. */
-#include "node.h"
+#include "compute.h"
+#include "worker.h"
 
 #include <stdio.h>
 

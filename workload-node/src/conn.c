@@ -2,8 +2,9 @@
  * close, buffered sends, and backpressure: a client connection that holds
  * --max-backlog bytes (unsent replies, unfinished requests) is not read
  * until it drains, so a client that never reads cannot grow the node. */
-#include "node.h"
-#include "rxstamp.h"
+#include "conn.h"
+#include "forward.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -8,8 +8,10 @@
  * least recently used idle one makes room), closed after --fwd-idle without
  * a pending forward, and a target that does not read gets no more than
  * --max-backlog bytes queued before forwards to it fail. */
-#include "node.h"
+#include "forward.h"
+#include "spans.h"
 #include "trace.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <unistd.h>

@@ -3,8 +3,13 @@
  * charged to its connection's backlog, run op by op (COMPUTE here, LOAD and
  * STORE on the storage thread, FORWARD parked until its quorum), and ends in
  * a reply. */
-#include "node.h"
+#include "job.h"
+#include "compute.h"
+#include "forward.h"
+#include "spans.h"
+#include "storage.h"
 #include "trace.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,9 +1,13 @@
 /* wl-node: the workload server. Options, sockets per accept mode, worker
  * threads, the storage thread, and signals (SIGINT/SIGTERM stop cleanly,
  * SIGUSR1 prints live counters). */
+#include "caps.h"
+#include "compute.h"
 #include "node_args.h"
+#include "storage.h"
 #include "trace.h"
 #include "units.h"
+#include "worker.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -16,8 +20,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-void *wl_worker_main(void *arg);
 
 /* --thread-affinity auto: worker i on the i-th CPU this process may use. */
 static int allowed_cpus(struct wl_node_cfg *cfg)

@@ -2,7 +2,9 @@
  * (the caps' rows come from caps.c). Today's DistWalk options are read with
  * DistWalk's meaning, our own forms too (README "wl-node"). */
 #include "node_args.h"
+#include "caps.h"
 #include "units.h"
+#include "wire.h"
 
 #include <arpa/inet.h>
 #include <stdlib.h>

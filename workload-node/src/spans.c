@@ -6,8 +6,9 @@
  * attempt, which the target's own "serve" names as its parent. Each span
  * gives its op's parameters as the request asked them. Called only when
  * the worker traces. */
-#include "node.h"
+#include "spans.h"
 #include "trace.h"
+#include "worker.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

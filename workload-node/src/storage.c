@@ -2,7 +2,9 @@
  * workers never block on disk and large transfers are serialized. Offsets
  * wrap at the configured maximum file size; O_DIRECT transfers are widened
  * to whole aligned blocks; psync stores are flushed by a periodic fsync. */
-#include "node.h"
+#include "storage.h"
+#include "storage_file.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <fcntl.h>

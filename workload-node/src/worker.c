@@ -3,7 +3,8 @@
  * and skipped, a forward target's reply padding is dropped as it arrives),
  * starts a job per request (job.c) and writes replies. A job never blocks
  * the loop except inside COMPUTE, which is the point of COMPUTE. */
-#include "node.h"
+#include "worker.h"
+#include "spans.h"
 #include "trace.h"
 
 #include <errno.h>

@@ -1,9 +1,10 @@
-/* sched: the workers' scheduling policy (--sched): parsed and checked when
+/* sched_policy: the workers' scheduling policy (--sched): parsed and checked when
  * the options are read, applied by each worker thread to itself. */
-#include "node.h"
+#include "sched_policy.h"
 #include "units.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,0 +1,32 @@
+/* forward: the FORWARD op (forward.c says how). job.c starts one; the loop
+ * (worker.c) hands it the replies it reads, its deadlines and its idle
+ * outbound connections. It calls conn.c for its outbound connections and
+ * spans.c. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct wl_worker;
+struct wl_conn;
+struct wl_job;
+
+/* One send of a FORWARD to one target, waiting for its reply. */
+struct wl_pending {
+	struct wl_job *job;
+	struct wl_conn *conn;
+	uint32_t gen;
+	uint8_t target, attempt;
+	bool in_use, failed; /* failed: connection error, settle as ERR at next sweep */
+	uint64_t deadline_ns;
+	uint8_t span_id[8];
+	uint64_t start_rt_ns;
+};
+
+void wl_fwd_start(struct wl_job *job);
+void wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns);
+void wl_fwd_conn_failed(struct wl_conn *c);
+void wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns);
+int wl_fwd_timeout_ms(struct wl_worker *w, uint64_t now_ns); /* -1: nothing pending */
+void wl_fwd_outbound_ready(struct wl_conn *c);
+void wl_fwd_close_idle(struct wl_worker *w, uint64_t now_ns); /* --fwd-idle */

@@ -1,0 +1,57 @@
+/* worker: one event loop per worker thread, and everything a worker owns:
+ * its poller, connections, jobs, pending forwards, read buffer and
+ * counters. Nothing is shared between workers but the storage queue, the
+ * count of open connections (node.h) and the counters, read by SIGUSR1.
+ * node.c starts the loops; the loop calls job.c, forward.c and conn.c. */
+#pragma once
+#include "conn.h"
+#include "forward.h"
+#include "job.h"
+#include "node.h"
+
+#define WL_READ_CHUNK 65536 /* bytes per recv into a worker's read buffer */
+#define WL_SLICE_NS 200000   /* time a connection's requests may take per loop pass */
+
+struct wl_counters { /* updated by owners with relaxed atomics, read by SIGUSR1 */
+	uint64_t requests, replies, malformed, truncated, oversized, accepted, closed;
+	uint64_t forwards, fwd_timeouts, fwd_errors, fwd_retries, loads, stores, fsyncs, storage_errors;
+	uint64_t bytes_in, bytes_out;
+	/* caps.c: requests answered ERR for a cap, connections refused or closed */
+	uint64_t over_reply, over_request, over_compute, over_backlog, over_conns, over_fwd_conns;
+	uint64_t paused, fwd_closed; /* reads stopped for a full backlog; outbound connections closed */
+};
+#define WL_COUNT(w, field, n) __atomic_fetch_add(&(w)->ctr.field, (n), __ATOMIC_RELAXED)
+
+struct wl_worker {
+	int index;
+	struct wl_node *node;
+	pthread_t thread;
+	struct wl_poller poller;
+	struct wl_conn wake; /* eventfd: storage completions, parent-mode handoffs, stop */
+	pthread_mutex_t lock;
+	struct wl_job *done_head, *done_tail;
+	int *handoff;
+	size_t nhandoff, handoff_cap;
+	struct wl_conn **conns;
+	uint32_t nconns;
+	size_t conns_cap;
+	uint32_t *free_slots, nfree;
+	struct wl_pending *pend;
+	uint32_t pend_cap, pend_inuse, pend_gen;
+	struct wl_conn **outs;
+	size_t nouts, outs_cap;
+	uint64_t idle_check_ns; /* earliest time an outbound connection may turn idle */
+	struct wl_conn *dead;
+	struct wl_buf rbuf; /* reads land here; a connection keeps only a partial message */
+	struct wl_conn **backlog;
+	size_t nbacklog, backlog_cap;
+	struct wl_conn **flushq; /* connections with replies not yet sent */
+	size_t nflush, flush_cap;
+	struct wl_counters ctr;
+	struct wl_trace *trace;
+	int setup_rc; /* pinning and --sched, reported to main before serving */
+};
+
+void *wl_worker_main(void *arg); /* the thread: arg is its struct wl_worker */
+void wl_worker_post_done(struct wl_worker *w, struct wl_job *job); /* any thread */
+void wl_worker_backlog_add(struct wl_conn *c); /* drain c's buffered requests in the next pass */
