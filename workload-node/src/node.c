@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 /* --thread-affinity auto: worker i on the i-th CPU this process may use. */
@@ -95,14 +94,10 @@ static int setup_worker(struct wl_node *node, int i)
 	struct wl_worker *w = &node->workers[i];
 	w->index = i;
 	w->node = node;
-	pthread_mutex_init(&w->lock, NULL);
-	if (wl_poller_init(&w->poller, node->cfg.poll_mode) < 0)
+	if (wl_poller_init(&w->poller, node->cfg.poll_mode) < 0 || wl_inbox_init(&w->inbox, i) < 0)
 		return -1;
-	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (efd < 0)
-		return wl_err("worker %d: eventfd: %s", i, strerror(errno));
-	w->wake = (struct wl_conn){.kind = WL_CONN_WAKE, .fd = efd, .w = w};
-	if (wl_poller_add(&w->poller, efd, WL_EV_IN, &w->wake, false) < 0)
+	w->wake = (struct wl_conn){.kind = WL_CONN_WAKE, .fd = w->inbox.fd, .w = w};
+	if (wl_poller_add(&w->poller, w->inbox.fd, WL_EV_IN, &w->wake, false) < 0)
 		return -1;
 	for (int b = 0; b < node->cfg.nbinds; b++) {
 		struct wl_addr *a = &node->cfg.binds[b];
@@ -152,16 +147,12 @@ static void *acceptor_thread(void *arg)
 				close(fd);
 				continue;
 			}
-			pthread_mutex_lock(&w->lock);
-			if (wl_grow(&w->handoff, &w->handoff_cap, w->nhandoff, sizeof(*w->handoff), 16) < 0) {
-				pthread_mutex_unlock(&w->lock);
+			if (wl_inbox_post_fd(&w->inbox, fd) < 0) {
 				wl_conn_unadmit(node);
 				close(fd);
 				continue;
 			}
-			w->handoff[w->nhandoff++] = fd;
-			pthread_mutex_unlock(&w->lock);
-			if (write(w->wake.fd, &(uint64_t){1}, 8) < 0)
+			if (wl_inbox_wake(&w->inbox) < 0)
 				wl_err("acceptor: wake worker %d: %s", w->index, strerror(errno));
 		}
 	}
@@ -184,7 +175,7 @@ static void stop_workers(struct wl_node *node)
 {
 	__atomic_store_n(&node->stop, 1, __ATOMIC_RELAXED);
 	for (int i = 0; i < node->cfg.nthreads; i++)
-		if (write(node->workers[i].wake.fd, &(uint64_t){1}, 8) < 0)
+		if (wl_inbox_wake(&node->workers[i].inbox) < 0)
 			wl_err("wake worker %d: %s", i, strerror(errno));
 	for (int i = 0; i < node->cfg.nthreads; i++)
 		pthread_join(node->workers[i].thread, NULL);

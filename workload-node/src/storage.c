@@ -131,7 +131,7 @@ static void *storage_main(void *arg)
 			WL_COUNT(j->w, stores, j->op.kind == WL_OP_STORE);
 			if (j->storage_rc < 0)
 				__atomic_fetch_add(&st->errors, 1, __ATOMIC_RELAXED);
-			wl_worker_post_done(j->w, j);
+			wl_inbox_post_job(&j->w->inbox, j);
 		}
 		if (wl_now_ns() >= next_sync) {
 			if (st->dirty && do_fsync(st) == 0)
@@ -176,7 +176,7 @@ void wl_storage_submit(struct wl_storage *st, struct wl_job *job)
 {
 	if (!st) { /* no storage configured */
 		job->storage_rc = -1;
-		wl_worker_post_done(job->w, job);
+		wl_inbox_post_job(&job->w->inbox, job);
 		return;
 	}
 	pthread_mutex_lock(&st->lock);

@@ -1,7 +1,7 @@
 /* storage: the storage thread, which does every LOAD and STORE of the node
  * (storage.c says how). node.c opens and closes it, job.c submits a job
  * whose op is a LOAD or a STORE; the job comes back to its worker's loop
- * when the I/O is done (wl_worker_post_done). */
+ * through the inbox of its worker (inbox.h) when the I/O is done. */
 #pragma once
 #include <stdint.h>
 

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -322,34 +321,11 @@ static void on_listen(struct wl_conn *c)
 	}
 }
 
-void wl_worker_post_done(struct wl_worker *w, struct wl_job *job)
-{
-	uint64_t one = 1;
-	pthread_mutex_lock(&w->lock);
-	job->next = NULL;
-	if (w->done_tail)
-		w->done_tail->next = job;
-	else
-		w->done_head = job;
-	w->done_tail = job;
-	pthread_mutex_unlock(&w->lock);
-	if (write(w->wake.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		wl_err("worker %d: eventfd write: %s", w->index, strerror(errno));
-}
-
 static void on_wake(struct wl_worker *w)
 {
-	uint64_t v;
-	if (read(w->wake.fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		wl_err("worker %d: eventfd read: %s", w->index, strerror(errno));
-	pthread_mutex_lock(&w->lock);
-	struct wl_job *jobs = w->done_head;
-	w->done_head = w->done_tail = NULL;
 	int fds[64];
-	size_t nfds = 0;
-	while (w->nhandoff > 0 && nfds < 64)
-		fds[nfds++] = w->handoff[--w->nhandoff];
-	pthread_mutex_unlock(&w->lock);
+	size_t nfds;
+	struct wl_job *jobs = wl_inbox_take(&w->inbox, fds, 64, &nfds);
 	for (size_t i = 0; i < nfds; i++) {
 		struct wl_conn *in = wl_conn_new(w, WL_CONN_IN, fds[i], WL_EV_IN);
 		if (!in) {
@@ -360,8 +336,6 @@ static void on_wake(struct wl_worker *w)
 			note_peer(in);
 		WL_COUNT(w, accepted, 1);
 	}
-	if (nfds == 64 && write(w->wake.fd, &(uint64_t){1}, 8) < 0)
-		wl_err("worker %d: eventfd rewake: %s", w->index, strerror(errno));
 	while (jobs) {
 		struct wl_job *j = jobs;
 		jobs = j->next;

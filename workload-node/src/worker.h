@@ -1,11 +1,12 @@
 /* worker: one event loop per worker thread, and everything a worker owns:
  * its poller, connections, jobs, pending forwards, read buffer and
- * counters. Nothing is shared between workers but the storage queue, the
+ * counters, its inbox. Nothing is shared between workers but the storage queue, the
  * count of open connections (node.h) and the counters, read by SIGUSR1.
  * node.c starts the loops; the loop calls job.c, forward.c and conn.c. */
 #pragma once
 #include "conn.h"
 #include "forward.h"
+#include "inbox.h"
 #include "job.h"
 #include "node.h"
 
@@ -27,11 +28,8 @@ struct wl_worker {
 	struct wl_node *node;
 	pthread_t thread;
 	struct wl_poller poller;
-	struct wl_conn wake; /* eventfd: storage completions, parent-mode handoffs, stop */
-	pthread_mutex_t lock;
-	struct wl_job *done_head, *done_tail;
-	int *handoff;
-	size_t nhandoff, handoff_cap;
+	struct wl_inbox inbox; /* from the storage thread and the acceptor */
+	struct wl_conn wake;   /* the inbox's eventfd in the poller */
 	struct wl_conn **conns;
 	uint32_t nconns;
 	size_t conns_cap;
@@ -53,5 +51,4 @@ struct wl_worker {
 };
 
 void *wl_worker_main(void *arg); /* the thread: arg is its struct wl_worker */
-void wl_worker_post_done(struct wl_worker *w, struct wl_job *job); /* any thread */
 void wl_worker_backlog_add(struct wl_conn *c); /* drain c's buffered requests in the next pass */
