@@ -1,12 +1,11 @@
-/* conn: a worker's connections: registration in its poller, slots with
- * generations (a job names its origin by slot and generation, so a
- * connection closed meanwhile is noticed), deferred close, buffered and
- * batched sends, and backpressure: a client connection that holds
- * --max-backlog bytes (unsent replies, unfinished requests) is not read
- * until it drains, so a client that never reads cannot grow the node.
- * Called by the loop (worker.c), job.c and forward.c; it still calls back
- * up into forward.c (an outbound connection closed) and worker.c (the
- * backlog of connections to drain). */
+/* conn: a worker's connections, from admission to free: --max-conns,
+ * slots with generations (a job names its origin by slot and generation,
+ * so a connection closed meanwhile is noticed), registration in the
+ * worker's poller, close deferred to the end of the loop pass, and the
+ * backlog of connections whose requests wait for the next pass. What goes
+ * out on a connection, and when it is read, is flow.h's. Called by the
+ * loop (worker.c, reader.c), job.c, forward.c and flow.c; it still calls
+ * back up into forward.c when an outbound connection closes. */
 #pragma once
 #include "net.h"
 #include "outq.h"
@@ -27,7 +26,7 @@ struct wl_conn {
 	uint32_t events; /* WL_EV_* registered in the poller */
 	bool dead, connecting, want_out;
 	bool more, backlogged; /* complete requests wait in in for the next pass */
-	bool flush_queued;     /* replies wait in out for wl_worker_flush */
+	bool flush_queued;     /* replies wait in out for wl_flow_send_queued */
 	bool stalled;          /* not read until its backlog drains (--max-backlog) */
 	bool eof;              /* the client is done sending: close once everything is answered */
 	uint64_t skip;         /* bytes of the current message still to drop unread */
@@ -39,21 +38,29 @@ struct wl_conn {
 	struct wl_conn *next_dead;
 };
 
+/* A worker's connections (in struct wl_worker): conn.c's alone. */
+struct wl_conns {
+	struct wl_conn **slots; /* by slot, NULL when free */
+	uint32_t n;             /* slots made */
+	size_t cap;
+	uint32_t *free_slots, nfree; /* reused first */
+	struct wl_conn *dead;        /* killed during this loop pass, freed by wl_conn_reap */
+	struct wl_conn **backlog;    /* complete requests left for the next pass */
+	size_t nbacklog, backlog_cap;
+};
+
 bool wl_conn_admit(struct wl_worker *w); /* a client connection within --max-conns (else counted) */
 void wl_conn_unadmit(struct wl_node *node); /* give an admission back (the connection was closed) */
 /* A client connection (WL_CONN_IN) must have been admitted; failing, it gives the admission back. */
 struct wl_conn *wl_conn_new(struct wl_worker *w, enum wl_conn_kind kind, int fd, uint32_t events);
-void wl_conn_kill(struct wl_conn *c);
-int wl_conn_flush(struct wl_conn *c); /* -1: the connection is gone */
-void wl_conn_put_reply(struct wl_conn *c, uint64_t id, const uint8_t trace_id[16], uint8_t status,
-		       uint32_t reply_len); /* queue a reply; its padding is not stored (outq.h) */
-bool wl_conn_full(const struct wl_conn *c);  /* holds --max-backlog or more */
-void wl_conn_stall(struct wl_conn *c);       /* stop reading it until it drains */
-void wl_conn_progress(struct wl_conn *c);    /* after it sent or finished work: resume, or close at EOF */
-void wl_conn_set_eof(struct wl_conn *c);     /* the client half-closed: answer what came, then close */
-void wl_conn_queue_flush(struct wl_conn *c); /* send c's replies at the next wl_worker_flush */
-/* Append c to a growable list (flush queue, backlog); -1 when out of memory. */
-int wl_conn_list_push(struct wl_conn ***list, size_t *n, size_t *cap, struct wl_conn *c);
-void wl_worker_flush(struct wl_worker *w);   /* send every queued connection's replies */
+void wl_conn_kill(struct wl_conn *c);   /* closed now, freed by wl_conn_reap */
 void wl_conn_reap(struct wl_worker *w); /* free connections killed during this loop pass */
-void wl_buf_trim(struct wl_buf *b);      /* release an empty buffer that grew large */
+/* The connection in slot if it still has generation gen and is open, else NULL. */
+struct wl_conn *wl_conn_at(struct wl_worker *w, uint32_t slot, uint32_t gen);
+void wl_conn_trim(struct wl_conn *c); /* release its input buffer if empty and grown large */
+/* The backlog: connections whose complete requests wait for the next pass
+ * (their time slice ran out, or they were stalled with requests unread). */
+void wl_conn_backlog_add(struct wl_conn *c);
+/* Up to max connections from the front of the backlog into batch; how many.
+ * Each stays marked backlogged until its caller has dealt with it. */
+size_t wl_conn_backlog_take(struct wl_worker *w, struct wl_conn **batch, size_t max);

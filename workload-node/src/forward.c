@@ -9,6 +9,7 @@
  * a pending forward, and a target that does not read gets no more than
  * --max-backlog bytes queued before forwards to it fail. */
 #include "forward.h"
+#include "flow.h"
 #include "spans.h"
 #include "trace.h"
 #include "worker.h"
@@ -129,7 +130,7 @@ static int queue_request(struct wl_worker *w, struct wl_conn *c, const struct wl
 		wl_conn_kill(c);
 		return -1;
 	}
-	wl_conn_flush(c);
+	wl_flow_send(c);
 	return 0;
 }
 
@@ -153,7 +154,7 @@ static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
 		return;
 	}
 	struct wl_pending *p = &w->pend[slot];
-	*p = (struct wl_pending){.job = j, .gen = ++w->pend_gen, .target = (uint8_t)target,
+	*p = (struct wl_pending){.job = j, .gen = ++w->gen, .target = (uint8_t)target,
 				 .attempt = (uint8_t)attempt, .in_use = true};
 	p->deadline_ns = wl_now_ns() + (uint64_t)j->op.fwd.timeout_us * 1000;
 	if (w->trace) {

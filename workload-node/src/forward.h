@@ -1,7 +1,8 @@
 /* forward: the FORWARD op (forward.c says how). job.c starts one; the loop
  * (worker.c) hands it the replies it reads, its deadlines and its idle
- * outbound connections. It calls conn.c for its outbound connections and
- * spans.c. */
+ * outbound connections. It calls conn.c and flow.c for its outbound
+ * connections, and spans.c; it still calls back up into job.c when a
+ * FORWARD settles. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

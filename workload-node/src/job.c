@@ -5,6 +5,7 @@
  * a reply. */
 #include "job.h"
 #include "compute.h"
+#include "flow.h"
 #include "forward.h"
 #include "spans.h"
 #include "storage.h"
@@ -21,13 +22,6 @@
 static size_t job_charge(const struct wl_job *j, size_t used)
 {
 	return sizeof(*j) + used + WL_REPLY_MIN + (j->reply_len < WL_INLINE_PAD ? j->reply_len : WL_INLINE_PAD);
-}
-
-static struct wl_conn *job_origin(const struct wl_job *j)
-{
-	struct wl_worker *w = j->w;
-	struct wl_conn *c = j->conn_slot < w->nconns ? w->conns[j->conn_slot] : NULL;
-	return c && c->gen == j->conn_gen && !c->dead ? c : NULL;
 }
 
 /* A datagram carries at most 64 KiB: a larger reply size is an error reply. */
@@ -51,7 +45,7 @@ static void udp_reply(struct wl_job *j, uint8_t status)
 void wl_job_finish(struct wl_job *j, uint8_t status)
 {
 	struct wl_worker *w = j->w;
-	struct wl_conn *c = job_origin(j);
+	struct wl_conn *c = wl_conn_at(w, j->conn_slot, j->conn_gen);
 	if (w->trace) {
 		bool udp_err = j->udp_fd >= 0 && j->reply_len > UDP_REPLY_MAX;
 		uint32_t sent = udp_err ? WL_REPLY_MIN : j->udp_fd >= 0 || c ? j->reply_len : 0;
@@ -62,19 +56,19 @@ void wl_job_finish(struct wl_job *j, uint8_t status)
 	if (j->udp_fd >= 0) {
 		udp_reply(j, status);
 	} else if (c) {
-		wl_conn_put_reply(c, j->id, j->trace_id, status, j->reply_len);
+		wl_flow_put_reply(c, j->id, j->trace_id, status, j->reply_len);
 		if (wl_enc_ok(&c->out.data) < 0) { /* a half-written reply would corrupt the stream */
 			wl_err("worker %d: out of memory for a %u-byte reply", w->index, j->reply_len);
 			wl_conn_kill(c);
 		} else {
 			WL_COUNT(w, replies, 1);
-			wl_conn_queue_flush(c);
+			wl_flow_queue(c);
 		}
 	}
 	free(j->msg);
 	free(j);
 	if (c)
-		wl_conn_progress(c);
+		wl_flow_progress(c);
 }
 
 void wl_job_resume(struct wl_job *j)
@@ -93,7 +87,9 @@ void wl_job_resume(struct wl_job *j)
 		}
 		switch (j->op.kind) {
 		case WL_OP_COMPUTE:
-			wl_compute(j->w, &j->op);
+			if (j->op.compute.ns) /* replies already made must not wait for this work */
+				wl_flow_send_queued(j->w);
+			wl_compute(&j->op, &j->w->node->stop);
 			if (j->w->trace)
 				wl_span_op(j, WL_ST_OK, wl_realtime_ns());
 			break;

@@ -2,7 +2,7 @@
  * reply: validation and the caps, its chain run op by op (COMPUTE here,
  * LOAD and STORE on the storage thread, FORWARD parked until its quorum),
  * the reply queued on its origin. The loop (worker.c) calls it; it calls
- * compute.c, storage.c, forward.c (to start a FORWARD), conn.c (the
+ * compute.c, storage.c, forward.c (to start a FORWARD), flow.c (the
  * reply) and spans.c. */
 #pragma once
 #include "caps.h"

@@ -4,6 +4,7 @@
  * starts a job per request (job.c) and writes replies. A job never blocks
  * the loop except inside COMPUTE, which is the point of COMPUTE. */
 #include "worker.h"
+#include "flow.h"
 #include "spans.h"
 #include "trace.h"
 
@@ -44,8 +45,8 @@ static void refuse_long_request(struct wl_conn *c, struct wl_buf *src, const str
 	WL_COUNT(c->w, replies, 1);
 	if (c->w->trace)
 		wl_span_refused(c, hdr);
-	wl_conn_put_reply(c, hdr->id, hdr->trace_id, WL_ST_ERR, WL_REPLY_MIN);
-	wl_conn_queue_flush(c);
+	wl_flow_put_reply(c, hdr->id, hdr->trace_id, WL_ST_ERR, WL_REPLY_MIN);
+	wl_flow_queue(c);
 	size_t have = wl_buf_avail(src) < hdr->len ? wl_buf_avail(src) : hdr->len;
 	src->off += have;
 	c->skip = hdr->len - have;
@@ -55,13 +56,13 @@ static void refuse_long_request(struct wl_conn *c, struct wl_buf *src, const str
  * the socket what it takes now, the client may well be reading. */
 static bool must_stall(struct wl_conn *c)
 {
-	if (!wl_conn_full(c))
+	if (!wl_flow_full(c))
 		return false;
-	if (!wl_outq_empty(&c->out) && wl_conn_flush(c) < 0)
+	if (!wl_outq_empty(&c->out) && wl_flow_send(c) < 0)
 		return true; /* gone */
-	if (!wl_conn_full(c))
+	if (!wl_flow_full(c))
 		return false;
-	wl_conn_stall(c);
+	wl_flow_stall(c);
 	return true;
 }
 
@@ -121,29 +122,11 @@ static bool drain_messages(struct wl_conn *c, struct wl_buf *src)
 	return true;
 }
 
-void wl_worker_backlog_add(struct wl_conn *c)
-{
-	struct wl_worker *w = c->w;
-	if (c->backlogged)
-		return;
-	if (wl_conn_list_push(&w->backlog, &w->nbacklog, &w->backlog_cap, c) < 0) {
-		wl_err("worker %d: out of memory for the backlog", w->index);
-		wl_conn_kill(c);
-		return;
-	}
-	c->backlogged = true;
-}
-
 /* Continue the connections that used up their slice in the previous pass. */
 static void run_backlog(struct wl_worker *w)
 {
-	size_t n = w->nbacklog;
 	struct wl_conn *batch[64];
-	if (n > 64)
-		n = 64;
-	memcpy(batch, w->backlog, n * sizeof(*batch));
-	memmove(w->backlog, w->backlog + n, (w->nbacklog - n) * sizeof(*batch));
-	w->nbacklog -= n;
+	size_t n = wl_conn_backlog_take(w, batch, 64);
 	for (size_t i = 0; i < n; i++) {
 		struct wl_conn *c = batch[i];
 		c->backlogged = false;
@@ -154,9 +137,9 @@ static void run_backlog(struct wl_worker *w)
 			continue;
 		}
 		if (c->more)
-			wl_worker_backlog_add(c);
+			wl_conn_backlog_add(c);
 		else
-			wl_buf_trim(&c->in);
+			wl_conn_trim(c);
 	}
 }
 
@@ -167,7 +150,7 @@ static void on_eof(struct wl_conn *c)
 		wl_conn_kill(c);
 		return;
 	}
-	wl_conn_set_eof(c);
+	wl_flow_set_eof(c);
 }
 
 static void on_stream(struct wl_conn *c, uint32_t events)
@@ -183,7 +166,7 @@ static void on_stream(struct wl_conn *c, uint32_t events)
 		c->connecting = false;
 		wl_fwd_outbound_ready(c);
 	}
-	if (events & WL_EV_OUT && wl_conn_flush(c) < 0)
+	if (events & WL_EV_OUT && wl_flow_send(c) < 0)
 		return;
 	if (!(events & (WL_EV_IN | WL_EV_ERR)))
 		return;
@@ -215,16 +198,16 @@ static void on_stream(struct wl_conn *c, uint32_t events)
 					wl_put_bytes(&c->in, wl_buf_head(dst), wl_buf_avail(dst));
 			}
 			w->rbuf.off = w->rbuf.len = 0;
-			wl_worker_flush(w); /* one send for the replies of everything this read brought */
+			wl_flow_send_queued(w); /* one send for the replies of everything this read brought */
 			if (!ok) {
 				wl_conn_kill(c);
 				return;
 			}
 			if (c->dead)
 				return;
-			wl_buf_trim(&c->in);
+			wl_conn_trim(c);
 			if (c->more) {
-				wl_worker_backlog_add(c);
+				wl_conn_backlog_add(c);
 				return; /* the rest waits for the next pass; the socket can wait too */
 			}
 			if (c->stalled)
@@ -273,7 +256,7 @@ static void on_udp(struct wl_conn *c)
 		j->peer = peer;
 		j->peerlen = plen;
 		/* Datagrams cannot be left unread per sender: over the backlog, ERR. */
-		if (cap == WL_CAP_NONE && wl_conn_full(c)) {
+		if (cap == WL_CAP_NONE && wl_flow_full(c)) {
 			WL_COUNT(w, over_backlog, 1);
 			j->reply_len = WL_REPLY_MIN;
 			wl_job_finish(j, WL_ST_ERR);
@@ -365,7 +348,7 @@ void *wl_worker_main(void *arg)
 		 * wait. It yields only for a pending signal: under CFS a yield hands
 		 * the core to any neighbour for a whole slice, and the scheduler
 		 * preempts a spinner anyway when something else is due. */
-		int timeout = spin || w->nbacklog ? 0 : wl_fwd_timeout_ms(w, now);
+		int timeout = spin || w->conns.nbacklog ? 0 : wl_fwd_timeout_ms(w, now);
 		uint64_t polled_ns = now;
 		int n = wl_poller_wait(&w->poller, evs, MAX_EVENTS, timeout);
 		if (n < 0)
@@ -387,13 +370,13 @@ void *wl_worker_main(void *arg)
 		/* Expire only what was overdue before the wait: a reply that arrived
 		 * while this worker was busy (in COMPUTE, say) was reported by that
 		 * wait and has just been handled, so it is not mistaken for a timeout. */
-		if (w->nbacklog)
+		if (w->conns.nbacklog)
 			run_backlog(w);
 		if (w->pend_inuse)
 			wl_fwd_sweep(w, polled_ns);
 		if (w->nouts)
 			wl_fwd_close_idle(w, wl_now_ns());
-		wl_worker_flush(w);
+		wl_flow_send_queued(w);
 		wl_conn_reap(w);
 	}
 	return NULL;

@@ -4,7 +4,7 @@
  * count of open connections (node.h) and the counters, read by SIGUSR1.
  * node.c starts the loops; the loop calls job.c, forward.c and conn.c. */
 #pragma once
-#include "conn.h"
+#include "flow.h"
 #include "forward.h"
 #include "inbox.h"
 #include "job.h"
@@ -30,25 +30,18 @@ struct wl_worker {
 	struct wl_poller poller;
 	struct wl_inbox inbox; /* from the storage thread and the acceptor */
 	struct wl_conn wake;   /* the inbox's eventfd in the poller */
-	struct wl_conn **conns;
-	uint32_t nconns;
-	size_t conns_cap;
-	uint32_t *free_slots, nfree;
+	struct wl_conns conns; /* conn.c */
+	struct wl_flow flow;   /* flow.c */
+	uint32_t gen;          /* generations of connection and pending slots: one counter */
 	struct wl_pending *pend;
-	uint32_t pend_cap, pend_inuse, pend_gen;
+	uint32_t pend_cap, pend_inuse;
 	struct wl_conn **outs;
 	size_t nouts, outs_cap;
 	uint64_t idle_check_ns; /* earliest time an outbound connection may turn idle */
-	struct wl_conn *dead;
 	struct wl_buf rbuf; /* reads land here; a connection keeps only a partial message */
-	struct wl_conn **backlog;
-	size_t nbacklog, backlog_cap;
-	struct wl_conn **flushq; /* connections with replies not yet sent */
-	size_t nflush, flush_cap;
 	struct wl_counters ctr;
 	struct wl_trace *trace;
 	int setup_rc; /* pinning and --sched, reported to main before serving */
 };
 
 void *wl_worker_main(void *arg); /* the thread: arg is its struct wl_worker */
-void wl_worker_backlog_add(struct wl_conn *c); /* drain c's buffered requests in the next pass */
