@@ -2,7 +2,6 @@
  * generations, registration in the poller, deferred close, the backlog of
  * connections with requests left for the next pass (see conn.h). */
 #include "conn.h"
-#include "forward.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -111,8 +110,6 @@ void wl_conn_kill(struct wl_conn *c)
 		WL_COUNT(w, closed, 1);
 		wl_conn_unadmit(w->node);
 	}
-	if (c->kind == WL_CONN_OUT)
-		wl_fwd_conn_failed(c);
 	c->next_dead = t->dead;
 	t->dead = c;
 }

@@ -4,8 +4,8 @@
  * worker's poller, close deferred to the end of the loop pass, and the
  * backlog of connections whose requests wait for the next pass. What goes
  * out on a connection, and when it is read, is flow.h's. Called by the
- * loop (worker.c, reader.c), job.c, forward.c and flow.c; it still calls
- * back up into forward.c when an outbound connection closes. */
+ * loop (worker.c, reader.c), job.c, forward.c and flow.c; calls nothing
+ * of wl-node's (forward.c notices its closed outbound connections itself). */
 #pragma once
 #include "net.h"
 #include "outq.h"

@@ -25,39 +25,75 @@
 static void note_idle(struct wl_worker *w, const struct wl_conn *c)
 {
 	uint64_t at = c->last_used_ns + w->node->cfg.fwd_idle_ns;
-	if (at < w->idle_check_ns)
-		w->idle_check_ns = at;
+	if (at < w->fwd.idle_check_ns)
+		w->fwd.idle_check_ns = at;
+}
+
+/* Outbound connection i leaves the cache: the last one takes its place,
+ * and its pending forwards fail, to be settled as ERR by the next sweep. */
+static void drop_out(struct wl_worker *w, size_t i)
+{
+	struct wl_conn *c = w->fwd.outs[i];
+	w->fwd.outs[i] = w->fwd.outs[--w->fwd.nouts];
+	for (uint32_t s = 0; s < w->fwd.cap; s++) {
+		if (w->fwd.pend[s].in_use && w->fwd.pend[s].conn == c) {
+			w->fwd.pend[s].failed = true;
+			w->fwd.pend[s].deadline_ns = 0;
+			w->fwd.pend[s].conn = NULL;
+		}
+	}
+}
+
+/* Close outbound connection i (idle, or making room for another). */
+static void close_out(struct wl_worker *w, size_t i)
+{
+	WL_COUNT(w, fwd_closed, 1);
+	wl_conn_kill(w->fwd.outs[i]);
+	drop_out(w, i);
+}
+
+void wl_fwd_forget_closed(struct wl_worker *w)
+{
+	if (!w->conns.dead)
+		return; /* nothing was closed during this loop pass */
+	for (size_t i = 0; i < w->fwd.nouts;) {
+		if (w->fwd.outs[i]->dead)
+			drop_out(w, i); /* moves the last one into slot i */
+		else
+			i++;
+	}
 }
 
 /* Make room for one more outbound connection: close the least recently
  * used one that has no forward pending; false if every one is busy. */
 static bool evict_idle(struct wl_worker *w)
 {
-	struct wl_conn *lru = NULL;
-	for (size_t i = 0; i < w->nouts; i++)
-		if (w->outs[i]->npend == 0 && (!lru || w->outs[i]->last_used_ns < lru->last_used_ns))
-			lru = w->outs[i];
-	if (!lru)
+	size_t lru = w->fwd.nouts;
+	for (size_t i = 0; i < w->fwd.nouts; i++)
+		if (w->fwd.outs[i]->npend == 0 &&
+		    (lru == w->fwd.nouts || w->fwd.outs[i]->last_used_ns < w->fwd.outs[lru]->last_used_ns))
+			lru = i;
+	if (lru == w->fwd.nouts)
 		return false;
-	WL_COUNT(w, fwd_closed, 1);
-	wl_conn_kill(lru); /* drops it from outs */
+	close_out(w, lru);
 	return true;
 }
 
 static struct wl_conn *outbound(struct wl_worker *w, const struct wl_target *t)
 {
 	struct wl_addr a;
+	wl_fwd_forget_closed(w); /* a connection closed in this pass is not reused */
 	wl_addr_from_raw(&a, t->proto, t->family, t->addr, t->port);
-	for (size_t i = 0; i < w->nouts; i++) {
-		struct wl_conn *c = w->outs[i];
+	for (size_t i = 0; i < w->fwd.nouts; i++) {
+		struct wl_conn *c = w->fwd.outs[i];
 		if (c->peer.proto == a.proto && c->peer.salen == a.salen && !memcmp(&c->peer.sa, &a.sa, a.salen))
 			return c;
 	}
-	if (w->nouts >= w->node->cfg.max_fwd_conns && !evict_idle(w)) {
+	if (w->fwd.nouts >= w->node->cfg.max_fwd_conns && !evict_idle(w)) {
 		WL_COUNT(w, over_fwd_conns, 1);
 		return NULL;
 	}
-	if (wl_grow(&w->outs, &w->outs_cap, w->nouts, sizeof(*w->outs), 8) < 0) {
+	if (wl_grow(&w->fwd.outs, &w->fwd.outs_cap, w->fwd.nouts, sizeof(*w->fwd.outs), 8) < 0) {
 		wl_err("worker %d: out of memory for outbound connections", w->index);
 		return NULL;
 	}
@@ -73,24 +109,24 @@ static struct wl_conn *outbound(struct wl_worker *w, const struct wl_target *t)
 	c->connecting = a.proto == WL_PROTO_TCP;
 	c->want_out = true;
 	c->last_used_ns = wl_now_ns();
-	w->outs[w->nouts++] = c;
+	w->fwd.outs[w->fwd.nouts++] = c;
 	note_idle(w, c);
 	return c;
 }
 
 static uint32_t pend_alloc(struct wl_worker *w)
 {
-	for (uint32_t i = 0; i < w->pend_cap; i++)
-		if (!w->pend[i].in_use)
+	for (uint32_t i = 0; i < w->fwd.cap; i++)
+		if (!w->fwd.pend[i].in_use)
 			return i;
-	uint32_t slot = w->pend_cap; /* every slot is in use: the first new one */
-	size_t cap = w->pend_cap;
-	if (cap >= UINT32_MAX / 2 || wl_grow(&w->pend, &cap, slot, sizeof(*w->pend), 64) < 0) {
+	uint32_t slot = w->fwd.cap; /* every slot is in use: the first new one */
+	size_t cap = w->fwd.cap;
+	if (cap >= UINT32_MAX / 2 || wl_grow(&w->fwd.pend, &cap, slot, sizeof(*w->fwd.pend), 64) < 0) {
 		wl_err("worker %d: out of memory for %u pending forwards", w->index, slot + 1);
 		return NO_PENDING;
 	}
-	memset(w->pend + slot, 0, (cap - slot) * sizeof(*w->pend));
-	w->pend_cap = (uint32_t)cap;
+	memset(w->fwd.pend + slot, 0, (cap - slot) * sizeof(*w->fwd.pend));
+	w->fwd.cap = (uint32_t)cap;
 	return slot;
 }
 
@@ -153,7 +189,7 @@ static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
 		j->failed++; /* out of memory: the target counts as failed */
 		return;
 	}
-	struct wl_pending *p = &w->pend[slot];
+	struct wl_pending *p = &w->fwd.pend[slot];
 	*p = (struct wl_pending){.job = j, .gen = ++w->gen, .target = (uint8_t)target,
 				 .attempt = (uint8_t)attempt, .in_use = true};
 	p->deadline_ns = wl_now_ns() + (uint64_t)j->op.fwd.timeout_us * 1000;
@@ -161,7 +197,7 @@ static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
 		wl_trace_new_id(p->span_id, 8);
 		p->start_rt_ns = wl_realtime_ns();
 	}
-	w->pend_inuse++;
+	w->fwd.inuse++;
 	j->pending[target] = slot;
 	j->npending++;
 	WL_COUNT(w, forwards, 1);
@@ -204,7 +240,7 @@ void wl_fwd_start(struct wl_job *j)
 
 static void release(struct wl_worker *w, uint32_t slot)
 {
-	struct wl_pending *p = &w->pend[slot];
+	struct wl_pending *p = &w->fwd.pend[slot];
 	if (p->conn) {
 		p->conn->last_used_ns = wl_now_ns();
 		if (--p->conn->npend == 0)
@@ -214,7 +250,7 @@ static void release(struct wl_worker *w, uint32_t slot)
 	p->job->pending[p->target] = NO_PENDING;
 	p->job->npending--;
 	p->in_use = false;
-	w->pend_inuse--;
+	w->fwd.inuse--;
 }
 
 /* Decide the job once a target settles: quorum reached, quorum impossible, or wait. */
@@ -230,7 +266,7 @@ static void settle(struct wl_job *j)
 		if (j->pending[i] == NO_PENDING)
 			continue;
 		if (w->trace)
-			wl_span_forward_send(&w->pend[j->pending[i]], WL_SPAN_ABANDONED, now_rt, 0);
+			wl_span_forward_send(&w->fwd.pend[j->pending[i]], WL_SPAN_ABANDONED, now_rt, 0);
 		release(w, j->pending[i]);
 	}
 	uint8_t status = done ? WL_ST_OK : j->timeouts ? WL_ST_TIMEOUT : WL_ST_ERR;
@@ -245,7 +281,7 @@ static void settle(struct wl_job *j)
 /* reply_rt_ns: when the reply that settles it arrived (tracing), 0 for a timeout or error. */
 static void target_result(struct wl_worker *w, uint32_t slot, uint8_t status, uint64_t reply_rt_ns)
 {
-	struct wl_pending *p = &w->pend[slot];
+	struct wl_pending *p = &w->fwd.pend[slot];
 	struct wl_job *j = p->job;
 	unsigned target = p->target, attempt = p->attempt;
 	if (w->trace)
@@ -274,35 +310,16 @@ void wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len, uint64
 	if (wl_decode_hdr(msg, len, &hdr, &why) < 0)
 		return;
 	uint32_t slot = (uint32_t)hdr.id, gen = (uint32_t)(hdr.id >> 32);
-	if (slot >= w->pend_cap || !w->pend[slot].in_use || w->pend[slot].gen != gen)
+	if (slot >= w->fwd.cap || !w->fwd.pend[slot].in_use || w->fwd.pend[slot].gen != gen)
 		return; /* late: the quorum was settled without it */
 	target_result(w, slot, wl_reply_status(msg), rx_rt_ns);
 }
 
-void wl_fwd_conn_failed(struct wl_conn *c)
-{
-	struct wl_worker *w = c->w;
-	for (size_t i = 0; i < w->nouts; i++) {
-		if (w->outs[i] == c) {
-			w->outs[i] = w->outs[--w->nouts];
-			break;
-		}
-	}
-	for (uint32_t s = 0; s < w->pend_cap; s++) {
-		if (w->pend[s].in_use && w->pend[s].conn == c) {
-			w->pend[s].failed = true;
-			w->pend[s].deadline_ns = 0;
-			w->pend[s].conn = NULL;
-		}
-	}
-}
-
-void wl_fwd_outbound_ready(struct wl_conn *c) { (void)c; /* wl_conn_flush follows in on_stream */ }
-
 void wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns)
 {
-	for (uint32_t s = 0; s < w->pend_cap; s++) {
-		struct wl_pending *p = &w->pend[s];
+	wl_fwd_forget_closed(w); /* their forwards fail in this sweep */
+	for (uint32_t s = 0; s < w->fwd.cap; s++) {
+		struct wl_pending *p = &w->fwd.pend[s];
 		if (!p->in_use || p->deadline_ns > now_ns)
 			continue;
 		if (!p->failed)
@@ -315,34 +332,33 @@ void wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns)
 static uint64_t next_idle(struct wl_worker *w)
 {
 	uint64_t first = UINT64_MAX;
-	for (size_t i = 0; i < w->nouts; i++)
-		if (w->outs[i]->npend == 0 && w->outs[i]->last_used_ns + w->node->cfg.fwd_idle_ns < first)
-			first = w->outs[i]->last_used_ns + w->node->cfg.fwd_idle_ns;
+	for (size_t i = 0; i < w->fwd.nouts; i++)
+		if (w->fwd.outs[i]->npend == 0 && w->fwd.outs[i]->last_used_ns + w->node->cfg.fwd_idle_ns < first)
+			first = w->fwd.outs[i]->last_used_ns + w->node->cfg.fwd_idle_ns;
 	return first;
 }
 
 void wl_fwd_close_idle(struct wl_worker *w, uint64_t now_ns)
 {
-	if (now_ns < w->idle_check_ns)
+	if (now_ns < w->fwd.idle_check_ns)
 		return;
-	for (size_t i = 0; i < w->nouts;) {
-		struct wl_conn *c = w->outs[i];
-		if (c->npend == 0 && c->last_used_ns + w->node->cfg.fwd_idle_ns <= now_ns) {
-			WL_COUNT(w, fwd_closed, 1);
-			wl_conn_kill(c); /* moves the last one into slot i */
-			continue;
-		}
-		i++;
+	wl_fwd_forget_closed(w);
+	for (size_t i = 0; i < w->fwd.nouts;) {
+		struct wl_conn *c = w->fwd.outs[i];
+		if (c->npend == 0 && c->last_used_ns + w->node->cfg.fwd_idle_ns <= now_ns)
+			close_out(w, i); /* moves the last one into slot i */
+		else
+			i++;
 	}
-	w->idle_check_ns = next_idle(w);
+	w->fwd.idle_check_ns = next_idle(w);
 }
 
 int wl_fwd_timeout_ms(struct wl_worker *w, uint64_t now_ns)
 {
-	uint64_t first = w->nouts ? next_idle(w) : UINT64_MAX;
-	for (uint32_t s = 0; w->pend_inuse && s < w->pend_cap; s++)
-		if (w->pend[s].in_use && w->pend[s].deadline_ns < first)
-			first = w->pend[s].deadline_ns;
+	uint64_t first = w->fwd.nouts ? next_idle(w) : UINT64_MAX;
+	for (uint32_t s = 0; w->fwd.inuse && s < w->fwd.cap; s++)
+		if (w->fwd.pend[s].in_use && w->fwd.pend[s].deadline_ns < first)
+			first = w->fwd.pend[s].deadline_ns;
 	if (first == UINT64_MAX)
 		return -1;
 	if (first <= now_ns)

@@ -24,10 +24,21 @@ struct wl_pending {
 	uint64_t start_rt_ns;
 };
 
+/* A worker's forwards (in struct wl_worker): forward.c's alone. */
+struct wl_fwds {
+	struct wl_pending *pend; /* by slot */
+	uint32_t cap, inuse;
+	struct wl_conn **outs; /* the outbound connections, one per target */
+	size_t nouts, outs_cap;
+	uint64_t idle_check_ns; /* earliest time an outbound connection may turn idle */
+};
+
 void wl_fwd_start(struct wl_job *job);
 void wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns);
-void wl_fwd_conn_failed(struct wl_conn *c);
 void wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns);
 int wl_fwd_timeout_ms(struct wl_worker *w, uint64_t now_ns); /* -1: nothing pending */
-void wl_fwd_outbound_ready(struct wl_conn *c);
 void wl_fwd_close_idle(struct wl_worker *w, uint64_t now_ns); /* --fwd-idle */
+/* Outbound connections closed during this loop pass (conn.c closes them
+ * without telling anyone) leave the cache, their forwards failed: before
+ * the loop frees them (wl_conn_reap). */
+void wl_fwd_forget_closed(struct wl_worker *w);

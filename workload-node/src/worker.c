@@ -164,7 +164,6 @@ static void on_stream(struct wl_conn *c, uint32_t events)
 			return;
 		}
 		c->connecting = false;
-		wl_fwd_outbound_ready(c);
 	}
 	if (events & WL_EV_OUT && wl_flow_send(c) < 0)
 		return;
@@ -372,11 +371,12 @@ void *wl_worker_main(void *arg)
 		 * wait and has just been handled, so it is not mistaken for a timeout. */
 		if (w->conns.nbacklog)
 			run_backlog(w);
-		if (w->pend_inuse)
+		if (w->fwd.inuse)
 			wl_fwd_sweep(w, polled_ns);
-		if (w->nouts)
+		if (w->fwd.nouts)
 			wl_fwd_close_idle(w, wl_now_ns());
 		wl_flow_send_queued(w);
+		wl_fwd_forget_closed(w);
 		wl_conn_reap(w);
 	}
 	return NULL;

@@ -32,12 +32,8 @@ struct wl_worker {
 	struct wl_conn wake;   /* the inbox's eventfd in the poller */
 	struct wl_conns conns; /* conn.c */
 	struct wl_flow flow;   /* flow.c */
+	struct wl_fwds fwd;    /* forward.c */
 	uint32_t gen;          /* generations of connection and pending slots: one counter */
-	struct wl_pending *pend;
-	uint32_t pend_cap, pend_inuse;
-	struct wl_conn **outs;
-	size_t nouts, outs_cap;
-	uint64_t idle_check_ns; /* earliest time an outbound connection may turn idle */
 	struct wl_buf rbuf; /* reads land here; a connection keeps only a partial message */
 	struct wl_counters ctr;
 	struct wl_trace *trace;
