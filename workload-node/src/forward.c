@@ -2,8 +2,9 @@
  * per-worker cached outbound connection, then waits for nack replies. Each
  * send is a pending slot with a deadline; a reply, a timeout or a broken
  * connection settles it, with retries before a target counts as failed.
- * Settling is only done from the worker loop (reply parse or sweep), never
- * from inside wl_fwd_start, so a job is never freed under its own feet.
+ * A settled FORWARD is handed back to the loop (from a reply or a sweep),
+ * which continues the job; never from inside wl_fwd_start, so a job is
+ * never freed under its own feet.
  * Outbound connections are bounded: at most --max-fwd-conns per worker (the
  * least recently used idle one makes room), closed after --fwd-idle without
  * a pending forward, and a target that does not read gets no more than
@@ -253,14 +254,15 @@ static void release(struct wl_worker *w, uint32_t slot)
 	w->fwd.inuse--;
 }
 
-/* Decide the job once a target settles: quorum reached, quorum impossible, or wait. */
-static void settle(struct wl_job *j)
+/* Decide the job once a target settles: quorum reached, quorum impossible
+ * (true, the outcome in j->op_status), or wait (false). */
+static bool settle(struct wl_job *j)
 {
 	struct wl_worker *w = j->w;
 	int n = j->op.fwd.ntargets, need = j->op.fwd.nack;
 	bool done = j->ok >= need, lost = j->failed > n - need;
 	if (!done && !lost)
-		return;
+		return false;
 	uint64_t now_rt = w->trace ? wl_realtime_ns() : 0;
 	for (int i = 0; i < n; i++) { /* late replies to these are dropped */
 		if (j->pending[i] == NO_PENDING)
@@ -269,17 +271,15 @@ static void settle(struct wl_job *j)
 			wl_span_forward_send(&w->fwd.pend[j->pending[i]], WL_SPAN_ABANDONED, now_rt, 0);
 		release(w, j->pending[i]);
 	}
-	uint8_t status = done ? WL_ST_OK : j->timeouts ? WL_ST_TIMEOUT : WL_ST_ERR;
+	j->op_status = done ? WL_ST_OK : j->timeouts ? WL_ST_TIMEOUT : WL_ST_ERR;
 	if (w->trace)
-		wl_span_forward(j, status, now_rt);
-	if (done)
-		wl_job_resume(j);
-	else
-		wl_job_finish(j, status);
+		wl_span_forward(j, j->op_status, now_rt);
+	return true;
 }
 
-/* reply_rt_ns: when the reply that settles it arrived (tracing), 0 for a timeout or error. */
-static void target_result(struct wl_worker *w, uint32_t slot, uint8_t status, uint64_t reply_rt_ns)
+/* One target's send ended: the job if that settled its FORWARD, else NULL.
+ * reply_rt_ns: when the reply that settles it arrived (tracing), 0 for a timeout or error. */
+static struct wl_job *target_result(struct wl_worker *w, uint32_t slot, uint8_t status, uint64_t reply_rt_ns)
 {
 	struct wl_pending *p = &w->fwd.pend[slot];
 	struct wl_job *j = p->job;
@@ -290,7 +290,7 @@ static void target_result(struct wl_worker *w, uint32_t slot, uint8_t status, ui
 	if (status != WL_ST_OK && attempt < j->op.fwd.retries) {
 		WL_COUNT(w, fwd_retries, 1);
 		send_attempt(j, target, attempt + 1);
-		return;
+		return NULL;
 	}
 	if (status == WL_ST_OK) {
 		j->ok++;
@@ -300,23 +300,24 @@ static void target_result(struct wl_worker *w, uint32_t slot, uint8_t status, ui
 			j->timeouts++;
 		WL_COUNT(w, fwd_errors, status == WL_ST_TIMEOUT ? 0 : 1);
 	}
-	settle(j);
+	return settle(j) ? j : NULL;
 }
 
-void wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns)
+struct wl_job *wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns)
 {
 	struct wl_hdr hdr;
 	const char *why;
 	if (wl_decode_hdr(msg, len, &hdr, &why) < 0)
-		return;
+		return NULL;
 	uint32_t slot = (uint32_t)hdr.id, gen = (uint32_t)(hdr.id >> 32);
 	if (slot >= w->fwd.cap || !w->fwd.pend[slot].in_use || w->fwd.pend[slot].gen != gen)
-		return; /* late: the quorum was settled without it */
-	target_result(w, slot, wl_reply_status(msg), rx_rt_ns);
+		return NULL; /* late: the quorum was settled without it */
+	return target_result(w, slot, wl_reply_status(msg), rx_rt_ns);
 }
 
-void wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns)
+struct wl_job *wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns)
 {
+	struct wl_job *settled = NULL, **tail = &settled;
 	wl_fwd_forget_closed(w); /* their forwards fail in this sweep */
 	for (uint32_t s = 0; s < w->fwd.cap; s++) {
 		struct wl_pending *p = &w->fwd.pend[s];
@@ -324,8 +325,14 @@ void wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns)
 			continue;
 		if (!p->failed)
 			WL_COUNT(w, fwd_timeouts, 1);
-		target_result(w, s, p->failed ? WL_ST_ERR : WL_ST_TIMEOUT, 0);
+		struct wl_job *j = target_result(w, s, p->failed ? WL_ST_ERR : WL_ST_TIMEOUT, 0);
+		if (j) { /* in settling order */
+			j->next = NULL;
+			*tail = j;
+			tail = &j->next;
+		}
 	}
+	return settled;
 }
 
 /* When the first outbound connection without pending forwards turns idle. */

@@ -1,8 +1,8 @@
 /* forward: the FORWARD op (forward.c says how). job.c starts one; the loop
- * (worker.c) hands it the replies it reads, its deadlines and its idle
- * outbound connections. It calls conn.c and flow.c for its outbound
- * connections, and spans.c; it still calls back up into job.c when a
- * FORWARD settles. */
+ * (worker.c, reader.c) hands it the replies it reads, its deadlines and its
+ * idle outbound connections, and gets back the jobs whose FORWARD settled,
+ * to continue them (wl_job_op_done). It calls conn.c and flow.c for its
+ * outbound connections, and spans.c. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -34,8 +34,14 @@ struct wl_fwds {
 };
 
 void wl_fwd_start(struct wl_job *job);
-void wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns);
-void wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns);
+/* A reply read off an outbound connection (its header and status: len is
+ * WL_REPLY_MIN); rx_rt_ns: when it arrived, when tracing. The job whose
+ * FORWARD it settled, or NULL. */
+struct wl_job *wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns);
+/* Settle the sends due by now_ns (timed out, or their connection failed),
+ * retrying where the op allows: the jobs whose FORWARD this settled, a list
+ * through next. */
+struct wl_job *wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns);
 int wl_fwd_timeout_ms(struct wl_worker *w, uint64_t now_ns); /* -1: nothing pending */
 void wl_fwd_close_idle(struct wl_worker *w, uint64_t now_ns); /* --fwd-idle */
 /* Outbound connections closed during this loop pass (conn.c closes them

@@ -71,7 +71,8 @@ void wl_job_finish(struct wl_job *j, uint8_t status)
 		wl_flow_progress(c);
 }
 
-void wl_job_resume(struct wl_job *j)
+/* Run the chain from where it stands until it ends or waits for an op that runs elsewhere. */
+static void resume(struct wl_job *j)
 {
 	const char *why;
 	for (;;) {
@@ -165,7 +166,7 @@ void wl_job_start(struct wl_job *j, struct wl_conn *origin, enum wl_cap cap)
 		j->peerlen = origin->peer.salen;
 	}
 	if (cap == WL_CAP_NONE) {
-		wl_job_resume(j);
+		resume(j);
 		return;
 	}
 	if (cap == WL_CAP_REPLY)
@@ -176,4 +177,12 @@ void wl_job_start(struct wl_job *j, struct wl_conn *origin, enum wl_cap cap)
 		WL_COUNT(j->w, over_compute, 1);
 	j->reply_len = WL_REPLY_MIN;
 	wl_job_finish(j, WL_ST_ERR);
+}
+
+void wl_job_op_done(struct wl_job *j)
+{
+	if (j->op_status == WL_ST_OK)
+		resume(j);
+	else
+		wl_job_finish(j, (uint8_t)j->op_status);
 }

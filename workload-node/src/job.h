@@ -1,7 +1,8 @@
 /* job: one request's life on a node, from its complete message to its
  * reply: validation and the caps, its chain run op by op (COMPUTE here,
  * LOAD and STORE on the storage thread, FORWARD parked until its quorum),
- * the reply queued on its origin. The loop (worker.c) calls it; it calls
+ * the reply queued on its origin. The loop (worker.c, reader.c) calls it,
+ * with the request and again when an op that ran elsewhere ends; it calls
  * compute.c, storage.c, forward.c (to start a FORWARD), flow.c (the
  * reply) and spans.c. */
 #pragma once
@@ -37,8 +38,8 @@ struct wl_job {
 	uint64_t op_start_rt_ns;
 	int ok, failed, timeouts, npending;
 	uint32_t pending[WL_MAX_TARGETS]; /* pend slots, UINT32_MAX when settled */
-	int storage_rc;
-	struct wl_job *next; /* completion queue link */
+	int op_status; /* how a LOAD, STORE or FORWARD ended (enum wl_status) */
+	struct wl_job *next; /* the storage queue, the inbox, a sweep's settled jobs */
 };
 
 /* A complete message: validated (NULL, counted, if it breaks a rule), copied
@@ -48,5 +49,7 @@ struct wl_job *wl_job_accept(struct wl_worker *w, const uint8_t *msg, size_t len
 			     enum wl_cap *cap);
 /* Charge the job to its origin and run it, or answer ERR at once for a cap. */
 void wl_job_start(struct wl_job *job, struct wl_conn *origin, enum wl_cap cap);
-void wl_job_resume(struct wl_job *job);                 /* continue the chain */
+/* A LOAD, STORE or FORWARD that ran elsewhere ended with job->op_status:
+ * continue the chain, or answer with that status. */
+void wl_job_op_done(struct wl_job *job);
 void wl_job_finish(struct wl_job *job, uint8_t status); /* reply and free */

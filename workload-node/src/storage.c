@@ -126,10 +126,10 @@ static void *storage_main(void *arg)
 		}
 		pthread_mutex_unlock(&st->lock);
 		if (j) {
-			j->storage_rc = do_io(st, &j->op);
+			j->op_status = do_io(st, &j->op) < 0 ? WL_ST_ERR : WL_ST_OK;
 			WL_COUNT(j->w, loads, j->op.kind == WL_OP_LOAD);
 			WL_COUNT(j->w, stores, j->op.kind == WL_OP_STORE);
-			if (j->storage_rc < 0)
+			if (j->op_status != WL_ST_OK)
 				__atomic_fetch_add(&st->errors, 1, __ATOMIC_RELAXED);
 			wl_inbox_post_job(&j->w->inbox, j);
 		}
@@ -175,7 +175,7 @@ int wl_storage_open(struct wl_node *node)
 void wl_storage_submit(struct wl_storage *st, struct wl_job *job)
 {
 	if (!st) { /* no storage configured */
-		job->storage_rc = -1;
+		job->op_status = WL_ST_ERR;
 		wl_inbox_post_job(&job->w->inbox, job);
 		return;
 	}

@@ -31,7 +31,10 @@ static bool skip_bytes(struct wl_conn *c, struct wl_buf *src)
  * its padding is dropped as it arrives instead of being buffered. */
 static void outbound_reply(struct wl_conn *c, struct wl_buf *src, const struct wl_hdr *hdr)
 {
-	wl_fwd_on_reply(c->w, wl_buf_head(src), WL_REPLY_MIN, c->w->trace ? c->rx_at.kernel_rt_ns : 0);
+	struct wl_job *settled =
+	    wl_fwd_on_reply(c->w, wl_buf_head(src), WL_REPLY_MIN, c->w->trace ? c->rx_at.kernel_rt_ns : 0);
+	if (settled)
+		wl_job_op_done(settled);
 	size_t have = wl_buf_avail(src) < hdr->len ? wl_buf_avail(src) : hdr->len;
 	src->off += have;
 	c->skip = hdr->len - have;
@@ -322,11 +325,18 @@ static void on_wake(struct wl_worker *w)
 		struct wl_job *j = jobs;
 		jobs = j->next;
 		if (w->trace)
-			wl_span_op(j, j->storage_rc < 0 ? WL_ST_ERR : WL_ST_OK, wl_realtime_ns());
-		if (j->storage_rc < 0)
-			wl_job_finish(j, WL_ST_ERR);
-		else
-			wl_job_resume(j);
+			wl_span_op(j, j->op_status, wl_realtime_ns());
+		wl_job_op_done(j);
+	}
+}
+
+/* The jobs whose FORWARD a sweep settled (a list through next), in order. */
+static void continue_jobs(struct wl_job *jobs)
+{
+	while (jobs) {
+		struct wl_job *j = jobs;
+		jobs = j->next;
+		wl_job_op_done(j);
 	}
 }
 
@@ -372,7 +382,7 @@ void *wl_worker_main(void *arg)
 		if (w->conns.nbacklog)
 			run_backlog(w);
 		if (w->fwd.inuse)
-			wl_fwd_sweep(w, polled_ns);
+			continue_jobs(wl_fwd_sweep(w, polled_ns));
 		if (w->fwd.nouts)
 			wl_fwd_close_idle(w, wl_now_ns());
 		wl_flow_send_queued(w);
