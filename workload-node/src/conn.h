@@ -11,6 +11,8 @@
 #include "outq.h"
 #include "rxstamp.h"
 
+#define WL_READ_CHUNK 65536 /* bytes per recv; a connection's buffer grown beyond is released once empty */
+
 enum wl_conn_kind { WL_CONN_LISTEN, WL_CONN_UDP, WL_CONN_IN, WL_CONN_OUT, WL_CONN_WAKE };
 
 struct wl_worker;

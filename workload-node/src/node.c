@@ -92,12 +92,7 @@ static int open_socket(struct wl_addr *a, int backlog, bool reuseport)
 static int setup_worker(struct wl_node *node, int i)
 {
 	struct wl_worker *w = &node->workers[i];
-	w->index = i;
-	w->node = node;
-	if (wl_poller_init(&w->poller, node->cfg.poll_mode) < 0 || wl_inbox_init(&w->inbox, i) < 0)
-		return -1;
-	w->wake = (struct wl_conn){.kind = WL_CONN_WAKE, .fd = w->inbox.fd, .w = w};
-	if (wl_poller_add(&w->poller, w->inbox.fd, WL_EV_IN, &w->wake, false) < 0)
+	if (wl_worker_init(w, node, i) < 0)
 		return -1;
 	for (int b = 0; b < node->cfg.nbinds; b++) {
 		struct wl_addr *a = &node->cfg.binds[b];

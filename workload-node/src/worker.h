@@ -1,17 +1,15 @@
 /* worker: one event loop per worker thread, and everything a worker owns:
- * its poller, connections, jobs, pending forwards, read buffer and
- * counters, its inbox. Nothing is shared between workers but the storage queue, the
+ * its poller, connections, jobs, pending forwards, read buffer, inbox and
+ * counters. Nothing is shared between workers but the storage queue, the
  * count of open connections (node.h) and the counters, read by SIGUSR1.
- * node.c starts the loops; the loop calls job.c, forward.c and conn.c. */
+ * node.c sets the workers up and starts their threads; the loop calls
+ * reader.c, job.c, forward.c, flow.c, conn.c, inbox.c and spans.c. */
 #pragma once
 #include "flow.h"
 #include "forward.h"
 #include "inbox.h"
 #include "job.h"
 #include "node.h"
-
-#define WL_READ_CHUNK 65536 /* bytes per recv into a worker's read buffer */
-#define WL_SLICE_NS 200000   /* time a connection's requests may take per loop pass */
 
 struct wl_counters { /* updated by owners with relaxed atomics, read by SIGUSR1 */
 	uint64_t requests, replies, malformed, truncated, oversized, accepted, closed;
@@ -40,4 +38,6 @@ struct wl_worker {
 	int setup_rc; /* pinning and --sched, reported to main before serving */
 };
 
+/* Worker index of node: its poller, and its inbox's eventfd in it. */
+int wl_worker_init(struct wl_worker *w, struct wl_node *node, int index);
 void *wl_worker_main(void *arg); /* the thread: arg is its struct wl_worker */
