@@ -5,114 +5,34 @@
  * A settled FORWARD is handed back to the loop (from a reply or a sweep),
  * which continues the job; never from inside wl_fwd_start, so a job is
  * never freed under its own feet.
- * Outbound connections are bounded: at most --max-fwd-conns per worker (the
- * least recently used idle one makes room), closed after --fwd-idle without
- * a pending forward, and a target that does not read gets no more than
- * --max-backlog bytes queued before forwards to it fail. */
+ * Sends go over the worker's outbound connections (outbound.h); a target
+ * that does not read gets no more than --max-backlog bytes queued before
+ * forwards to it fail. */
 #include "forward.h"
 #include "flow.h"
+#include "outbound.h"
 #include "spans.h"
 #include "trace.h"
 #include "worker.h"
 
 #include <errno.h>
-#include <unistd.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define NO_PENDING UINT32_MAX
-
-/* c has no forward pending: make sure the idle sweep looks at it in time. */
-static void note_idle(struct wl_worker *w, const struct wl_conn *c)
-{
-	uint64_t at = c->last_used_ns + w->node->cfg.fwd_idle_ns;
-	if (at < w->fwd.idle_check_ns)
-		w->fwd.idle_check_ns = at;
-}
-
-/* Outbound connection i leaves the cache: the last one takes its place,
- * and its pending forwards fail, to be settled as ERR by the next sweep. */
-static void drop_out(struct wl_worker *w, size_t i)
-{
-	struct wl_conn *c = w->fwd.outs[i];
-	w->fwd.outs[i] = w->fwd.outs[--w->fwd.nouts];
-	for (uint32_t s = 0; s < w->fwd.cap; s++) {
-		if (w->fwd.pend[s].in_use && w->fwd.pend[s].conn == c) {
-			w->fwd.pend[s].failed = true;
-			w->fwd.pend[s].deadline_ns = 0;
-			w->fwd.pend[s].conn = NULL;
-		}
-	}
-}
-
-/* Close outbound connection i (idle, or making room for another). */
-static void close_out(struct wl_worker *w, size_t i)
-{
-	WL_COUNT(w, fwd_closed, 1);
-	wl_conn_kill(w->fwd.outs[i]);
-	drop_out(w, i);
-}
 
 void wl_fwd_forget_closed(struct wl_worker *w)
 {
 	if (!w->conns.dead)
 		return; /* nothing was closed during this loop pass */
-	for (size_t i = 0; i < w->fwd.nouts;) {
-		if (w->fwd.outs[i]->dead)
-			drop_out(w, i); /* moves the last one into slot i */
-		else
-			i++;
+	for (uint32_t s = 0; w->fwd.inuse && s < w->fwd.cap; s++) {
+		struct wl_pending *p = &w->fwd.pend[s];
+		if (p->in_use && p->conn && p->conn->dead) { /* settled as ERR by the next sweep */
+			p->failed = true;
+			p->deadline_ns = 0;
+			p->conn = NULL;
+		}
 	}
-}
-
-/* Make room for one more outbound connection: close the least recently
- * used one that has no forward pending; false if every one is busy. */
-static bool evict_idle(struct wl_worker *w)
-{
-	size_t lru = w->fwd.nouts;
-	for (size_t i = 0; i < w->fwd.nouts; i++)
-		if (w->fwd.outs[i]->npend == 0 &&
-		    (lru == w->fwd.nouts || w->fwd.outs[i]->last_used_ns < w->fwd.outs[lru]->last_used_ns))
-			lru = i;
-	if (lru == w->fwd.nouts)
-		return false;
-	close_out(w, lru);
-	return true;
-}
-
-static struct wl_conn *outbound(struct wl_worker *w, const struct wl_target *t)
-{
-	struct wl_addr a;
-	wl_fwd_forget_closed(w); /* a connection closed in this pass is not reused */
-	wl_addr_from_raw(&a, t->proto, t->family, t->addr, t->port);
-	for (size_t i = 0; i < w->fwd.nouts; i++) {
-		struct wl_conn *c = w->fwd.outs[i];
-		if (c->peer.proto == a.proto && c->peer.salen == a.salen && !memcmp(&c->peer.sa, &a.sa, a.salen))
-			return c;
-	}
-	if (w->fwd.nouts >= w->node->cfg.max_fwd_conns && !evict_idle(w)) {
-		WL_COUNT(w, over_fwd_conns, 1);
-		return NULL;
-	}
-	if (wl_grow(&w->fwd.outs, &w->fwd.outs_cap, w->fwd.nouts, sizeof(*w->fwd.outs), 8) < 0) {
-		wl_err("worker %d: out of memory for outbound connections", w->index);
-		return NULL;
-	}
-	int fd = wl_connect(&a, true, w->node->cfg.nodelay);
-	if (fd < 0)
-		return NULL;
-	struct wl_conn *c = wl_conn_new(w, WL_CONN_OUT, fd, WL_EV_IN | WL_EV_OUT);
-	if (!c) {
-		close(fd);
-		return NULL;
-	}
-	c->peer = a;
-	c->connecting = a.proto == WL_PROTO_TCP;
-	c->want_out = true;
-	c->last_used_ns = wl_now_ns();
-	w->fwd.outs[w->fwd.nouts++] = c;
-	note_idle(w, c);
-	return c;
+	wl_out_forget_closed(w);
 }
 
 static uint32_t pend_alloc(struct wl_worker *w)
@@ -178,18 +98,13 @@ static void fail_now(struct wl_pending *p)
 	p->deadline_ns = 0;
 }
 
-static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
+/* A pending slot for this attempt, its deadline running; NO_PENDING when out of memory. */
+static uint32_t new_pending(struct wl_job *j, unsigned target, unsigned attempt)
 {
 	struct wl_worker *w = j->w;
-	struct wl_target t;
-	const char *why;
-	wl_fwd_target(&j->op, target, &t, &why); /* validated on receipt */
 	uint32_t slot = pend_alloc(w);
-	if (slot == NO_PENDING) {
-		j->pending[target] = NO_PENDING;
-		j->failed++; /* out of memory: the target counts as failed */
-		return;
-	}
+	if (slot == NO_PENDING)
+		return NO_PENDING;
 	struct wl_pending *p = &w->fwd.pend[slot];
 	*p = (struct wl_pending){.job = j, .gen = ++w->gen, .target = (uint8_t)target,
 				 .attempt = (uint8_t)attempt, .in_use = true};
@@ -202,16 +117,14 @@ static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
 	j->pending[target] = slot;
 	j->npending++;
 	WL_COUNT(w, forwards, 1);
-	struct wl_conn *c = outbound(w, &t);
-	if (!c) {
-		fail_now(p); /* e.g. connection refused at once */
-		return;
-	}
-	if (wl_outq_mem(&c->out) >= w->node->cfg.max_backlog_bytes) {
-		WL_COUNT(w, over_backlog, 1); /* the target does not read what it was sent */
-		fail_now(p);
-		return;
-	}
+	return slot;
+}
+
+/* The request of pending slot to target t on c: sent (UDP) or queued (TCP). */
+static void send_request(struct wl_job *j, uint32_t slot, struct wl_conn *c, const struct wl_target *t)
+{
+	struct wl_worker *w = j->w;
+	struct wl_pending *p = &w->fwd.pend[slot];
 	p->conn = c;
 	c->npend++;
 	c->last_used_ns = wl_now_ns();
@@ -221,11 +134,36 @@ static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
 	 * trace passes its own parent on, so a traced target still links up. */
 	const uint8_t *span = w->trace ? p->span_id : j->parent_span;
 	if (c->peer.proto == WL_PROTO_UDP) {
-		if (send_datagram(w, c, &t, id, j->trace_id, span) < 0)
+		if (send_datagram(w, c, t, id, j->trace_id, span) < 0)
 			fail_now(p);
 		return;
 	}
-	queue_request(w, c, &t, id, j->trace_id, span);
+	queue_request(w, c, t, id, j->trace_id, span);
+}
+
+static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
+{
+	struct wl_worker *w = j->w;
+	struct wl_target t;
+	const char *why;
+	wl_fwd_target(&j->op, target, &t, &why); /* validated on receipt */
+	uint32_t slot = new_pending(j, target, attempt);
+	if (slot == NO_PENDING) {
+		j->pending[target] = NO_PENDING;
+		j->failed++; /* out of memory: the target counts as failed */
+		return;
+	}
+	struct wl_conn *c = wl_out_get(w, &t);
+	if (!c) {
+		fail_now(&w->fwd.pend[slot]); /* e.g. connection refused at once */
+		return;
+	}
+	if (wl_outq_mem(&c->out) >= w->node->cfg.max_backlog_bytes) {
+		WL_COUNT(w, over_backlog, 1); /* the target does not read what it was sent */
+		fail_now(&w->fwd.pend[slot]);
+		return;
+	}
+	send_request(j, slot, c, &t);
 }
 
 void wl_fwd_start(struct wl_job *j)
@@ -245,7 +183,7 @@ static void release(struct wl_worker *w, uint32_t slot)
 	if (p->conn) {
 		p->conn->last_used_ns = wl_now_ns();
 		if (--p->conn->npend == 0)
-			note_idle(w, p->conn);
+			wl_out_note_idle(w, p->conn);
 		p->conn = NULL;
 	}
 	p->job->pending[p->target] = NO_PENDING;
@@ -335,34 +273,9 @@ struct wl_job *wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns)
 	return settled;
 }
 
-/* When the first outbound connection without pending forwards turns idle. */
-static uint64_t next_idle(struct wl_worker *w)
-{
-	uint64_t first = UINT64_MAX;
-	for (size_t i = 0; i < w->fwd.nouts; i++)
-		if (w->fwd.outs[i]->npend == 0 && w->fwd.outs[i]->last_used_ns + w->node->cfg.fwd_idle_ns < first)
-			first = w->fwd.outs[i]->last_used_ns + w->node->cfg.fwd_idle_ns;
-	return first;
-}
-
-void wl_fwd_close_idle(struct wl_worker *w, uint64_t now_ns)
-{
-	if (now_ns < w->fwd.idle_check_ns)
-		return;
-	wl_fwd_forget_closed(w);
-	for (size_t i = 0; i < w->fwd.nouts;) {
-		struct wl_conn *c = w->fwd.outs[i];
-		if (c->npend == 0 && c->last_used_ns + w->node->cfg.fwd_idle_ns <= now_ns)
-			close_out(w, i); /* moves the last one into slot i */
-		else
-			i++;
-	}
-	w->fwd.idle_check_ns = next_idle(w);
-}
-
 int wl_fwd_timeout_ms(struct wl_worker *w, uint64_t now_ns)
 {
-	uint64_t first = w->fwd.nouts ? next_idle(w) : UINT64_MAX;
+	uint64_t first = w->outs.n ? wl_out_next_idle(w) : UINT64_MAX;
 	for (uint32_t s = 0; w->fwd.inuse && s < w->fwd.cap; s++)
 		if (w->fwd.pend[s].in_use && w->fwd.pend[s].deadline_ns < first)
 			first = w->fwd.pend[s].deadline_ns;

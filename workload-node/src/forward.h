@@ -1,8 +1,8 @@
 /* forward: the FORWARD op (forward.c says how). job.c starts one; the loop
- * (worker.c, reader.c) hands it the replies it reads, its deadlines and its
- * idle outbound connections, and gets back the jobs whose FORWARD settled,
- * to continue them (wl_job_op_done). It calls conn.c and flow.c for its
- * outbound connections, and spans.c. */
+ * (worker.c, drain.c) hands it the replies it reads and its deadlines, and
+ * gets back the jobs whose FORWARD settled, to continue them
+ * (wl_job_op_done). It calls outbound.c for its connections, flow.c to
+ * send on them, and spans.c. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,13 +24,10 @@ struct wl_pending {
 	uint64_t start_rt_ns;
 };
 
-/* A worker's forwards (in struct wl_worker): forward.c's alone. */
+/* A worker's pending sends (in struct wl_worker): forward.c's alone. */
 struct wl_fwds {
 	struct wl_pending *pend; /* by slot */
 	uint32_t cap, inuse;
-	struct wl_conn **outs; /* the outbound connections, one per target */
-	size_t nouts, outs_cap;
-	uint64_t idle_check_ns; /* earliest time an outbound connection may turn idle */
 };
 
 void wl_fwd_start(struct wl_job *job);
@@ -43,8 +40,8 @@ struct wl_job *wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t l
  * through next. */
 struct wl_job *wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns);
 int wl_fwd_timeout_ms(struct wl_worker *w, uint64_t now_ns); /* -1: nothing pending */
-void wl_fwd_close_idle(struct wl_worker *w, uint64_t now_ns); /* --fwd-idle */
 /* Outbound connections closed during this loop pass (conn.c closes them
- * without telling anyone) leave the cache, their forwards failed: before
- * the loop frees them (wl_conn_reap). */
+ * without telling anyone): their pending sends fail, to be settled as ERR
+ * by the next sweep, and they leave the cache (outbound.h). Before the
+ * loop frees them (wl_conn_reap); a sweep does it first too. */
 void wl_fwd_forget_closed(struct wl_worker *w);

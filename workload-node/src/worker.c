@@ -113,8 +113,8 @@ static void end_pass(struct wl_worker *w, uint64_t polled_ns)
 		wl_reader_backlog(w);
 	if (w->fwd.inuse)
 		continue_jobs(wl_fwd_sweep(w, polled_ns));
-	if (w->fwd.nouts)
-		wl_fwd_close_idle(w, wl_now_ns());
+	if (w->outs.n)
+		wl_out_close_idle(w, wl_now_ns());
 	wl_flow_send_queued(w);
 	wl_fwd_forget_closed(w); /* before the connections closed in this pass are freed */
 	wl_conn_reap(w);

@@ -9,6 +9,7 @@
 #include "forward.h"
 #include "inbox.h"
 #include "job.h"
+#include "outbound.h"
 #include "node.h"
 
 struct wl_counters { /* updated by owners with relaxed atomics, read by SIGUSR1 */
@@ -31,6 +32,7 @@ struct wl_worker {
 	struct wl_conns conns; /* conn.c */
 	struct wl_flow flow;   /* flow.c */
 	struct wl_fwds fwd;    /* forward.c */
+	struct wl_outs outs;   /* outbound.c */
 	uint32_t gen;          /* generations of connection and pending slots: one counter */
 	struct wl_buf rbuf; /* reads land here; a connection keeps only a partial message */
 	struct wl_counters ctr;
