@@ -4,16 +4,17 @@
  * checks each request on receipt. Calls nothing of wl-node's. */
 #pragma once
 #include "node.h"
+#include "opts.h"
 
-#include <getopt.h>
 #include <stdio.h>
 
 enum wl_cap { WL_CAP_NONE, WL_CAP_REPLY, WL_CAP_REQUEST, WL_CAP_COMPUTE }; /* what a request exceeds */
 
 void wl_caps_defaults(struct wl_node_cfg *cfg);
-size_t wl_caps_options(struct option *opts, size_t n, size_t max); /* appends; returns the new n */
-bool wl_caps_is_option(int getopt_val);
-int wl_caps_parse(int getopt_val, const char *arg, struct wl_node_cfg *cfg);
+/* The caps' option rows into rows (up to max, WL_OPT_END included), for a
+ * parser whose settings are a struct wl_node_cfg; how many. They are not
+ * in --help's list of options: wl_caps_usage lists them, with defaults. */
+size_t wl_caps_rows(struct wl_opt *rows, size_t max);
 void wl_caps_usage(FILE *out);
 int wl_caps_fd_budget(struct wl_node_cfg *cfg); /* raise RLIMIT_NOFILE for --max-conns and friends */
 /* What a valid request asks beyond this node's caps (WL_CAP_NONE: nothing); used is

@@ -151,11 +151,6 @@ static int opt_storage(struct wl_parser *ps, const struct wl_opt *o, const char 
 	return 0;
 }
 
-static int opt_cap(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
-{
-	return wl_caps_parse(o->key, arg, CFG(ps));
-}
-
 static int opt_help(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
 {
 	wl_parser_help(ps, stdout);
@@ -221,16 +216,6 @@ static const struct wl_opt options[] = {
 	WL_OPT_END,
 };
 
-/* The caps' rows, from caps.c's own table. */
-static void cap_rows(struct wl_opt *rows, size_t max)
-{
-	struct option opts[32];
-	size_t n = wl_caps_options(opts, 0, max - 1 < 32 ? max - 1 : 32);
-	for (size_t i = 0; i < n; i++)
-		rows[i] = (struct wl_opt){0, opts[i].name, WL_ARG_REQUIRED, "VALUE", opt_cap, opts[i].val, NULL, NO_DEST};
-	rows[n] = (struct wl_opt)WL_OPT_END;
-}
-
 /* The bind addresses, once --check is known; the default is every address. */
 static int finish(struct wl_node_cfg *cfg, bool check)
 {
@@ -270,9 +255,9 @@ static void check_json(FILE *out, const struct wl_node_cfg *cfg)
 
 enum wl_args_result wl_node_args(struct wl_node_cfg *cfg, int argc, char **argv)
 {
-	static struct wl_opt caps[17];
+	static struct wl_opt caps[17]; /* caps.c's rows */
 	static const struct wl_opt *const tables[] = {options, caps, NULL};
-	cap_rows(caps, sizeof(caps) / sizeof(caps[0]));
+	wl_caps_rows(caps, sizeof(caps) / sizeof(caps[0]));
 	struct node_args a = {.cfg = cfg};
 	struct wl_parser ps = {.prog = "wl-node", .synopsis = "[options]", .tables = tables, .settings = cfg, .ctx = &a};
 	wl_set_plain_errors(true);
