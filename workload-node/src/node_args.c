@@ -112,7 +112,10 @@ static int opt_sched(struct wl_parser *ps, const struct wl_opt *o, const char *a
 	return wl_sched_parse(arg, &CFG(ps)->sched);
 }
 
-static int opt_names(struct wl_parser *ps, const struct wl_opt *o, const char *arg) { return wl_addr_known_names(arg); }
+static int opt_names(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	return wl_addr_known_names(arg);
+}
 
 /* -s PATH, or DistWalk's [file=PATH][,size=B][,sync=MS][,odirect][,wait-spin][,count=1]. */
 static int storage_part(struct wl_parser *ps, const char *tok)

@@ -21,7 +21,15 @@ struct wl_opt;
 typedef int (*wl_opt_fn)(struct wl_parser *ps, const struct wl_opt *opt, const char *arg);
 
 /* The type of the field a row's value goes to. */
-enum wl_field { WL_FIELD_NONE, WL_FIELD_BOOL, WL_FIELD_INT, WL_FIELD_U32, WL_FIELD_U64, WL_FIELD_DOUBLE, WL_FIELD_TEXT };
+enum wl_field {
+	WL_FIELD_NONE,
+	WL_FIELD_BOOL,
+	WL_FIELD_INT,
+	WL_FIELD_U32,
+	WL_FIELD_U64,
+	WL_FIELD_DOUBLE,
+	WL_FIELD_TEXT, /* const char *: the value as written, which lives as long as the program */
+};
 
 struct wl_dest {
 	enum wl_field type; /* WL_FIELD_NONE: the handler keeps the value itself */
