@@ -38,7 +38,7 @@ static void refuse_long_request(struct wl_conn *c, struct wl_buf *src, const str
 	WL_COUNT(c->w, over_request, 1);
 	WL_COUNT(c->w, replies, 1);
 	if (c->w->trace)
-		wl_span_refused(c, hdr);
+		wl_spans_refused(c, hdr);
 	wl_flow_put_reply(c, hdr->id, hdr->trace_id, WL_ST_ERR, WL_REPLY_MIN);
 	wl_flow_queue(c);
 	size_t have = wl_buf_avail(src) < hdr->len ? wl_buf_avail(src) : hdr->len;

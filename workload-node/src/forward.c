@@ -206,12 +206,12 @@ static bool settle(struct wl_job *j)
 		if (j->pending[i] == NO_PENDING)
 			continue;
 		if (w->trace)
-			wl_span_forward_send(&w->fwd.pend[j->pending[i]], WL_SPAN_ABANDONED, now_rt, 0);
+			wl_spans_forward_send(&w->fwd.pend[j->pending[i]], WL_SPAN_ABANDONED, now_rt, 0);
 		release(w, j->pending[i]);
 	}
 	j->op_status = done ? WL_ST_OK : j->timeouts ? WL_ST_TIMEOUT : WL_ST_ERR;
 	if (w->trace)
-		wl_span_forward(j, j->op_status, now_rt);
+		wl_spans_forward(j, j->op_status, now_rt);
 	return true;
 }
 
@@ -223,7 +223,7 @@ static struct wl_job *target_result(struct wl_worker *w, uint32_t slot, uint8_t 
 	struct wl_job *j = p->job;
 	unsigned target = p->target, attempt = p->attempt;
 	if (w->trace)
-		wl_span_forward_send(p, status, wl_realtime_ns(), reply_rt_ns);
+		wl_spans_forward_send(p, status, wl_realtime_ns(), reply_rt_ns);
 	release(w, slot);
 	if (status != WL_ST_OK && attempt < j->op.fwd.retries) {
 		WL_COUNT(w, fwd_retries, 1);

@@ -49,7 +49,7 @@ void wl_job_finish(struct wl_job *j, uint8_t status)
 	if (w->trace) {
 		bool udp_err = j->udp_fd >= 0 && j->reply_len > UDP_REPLY_MAX;
 		uint32_t sent = udp_err ? WL_REPLY_MIN : j->udp_fd >= 0 || c ? j->reply_len : 0;
-		wl_span_serve(j, udp_err ? WL_ST_ERR : status, sent, wl_realtime_ns());
+		wl_spans_serve(j, udp_err ? WL_ST_ERR : status, sent, wl_realtime_ns());
 	}
 	if (c)
 		c->held -= j->held;
@@ -92,7 +92,7 @@ static void resume(struct wl_job *j)
 				wl_flow_send_queued(j->w);
 			wl_compute(&j->op, &j->w->node->stop);
 			if (j->w->trace)
-				wl_span_op(j, WL_ST_OK, wl_realtime_ns());
+				wl_spans_op(j, WL_ST_OK, wl_realtime_ns());
 			break;
 		case WL_OP_SKIP: {
 			unsigned count = j->op.skip.draw < j->op.skip.threshold ? j->op.skip.count : 0;
@@ -134,7 +134,7 @@ static struct wl_job *job_new(struct wl_worker *w, const uint8_t *msg, size_t us
 	memcpy(j->trace_id, hdr->trace_id, 16);
 	memcpy(j->parent_span, hdr->parent_span, 8);
 	if (w->trace)
-		wl_span_job_init(j, hdr, rx_at);
+		wl_spans_job_init(j, hdr, rx_at);
 	wl_request_chain(copy, used, &j->reply_len, &j->cur);
 	j->held = job_charge(j, used);
 	return j;

@@ -72,7 +72,7 @@ static void on_wake(struct wl_worker *w)
 		struct wl_job *j = jobs;
 		jobs = j->next;
 		if (w->trace)
-			wl_span_op(j, j->op_status, wl_realtime_ns());
+			wl_spans_op(j, j->op_status, wl_realtime_ns());
 		wl_job_op_done(j);
 	}
 }
