@@ -4,8 +4,9 @@
  * worker's poller, close deferred to the end of the loop pass, and the
  * backlog of connections whose requests wait for the next pass. What goes
  * out on a connection, and when it is read, is flow.h's. Called by the
- * loop (worker.c, reader.c), job.c, forward.c and flow.c; calls nothing
- * of wl-node's (forward.c notices its closed outbound connections itself). */
+ * loop (worker.c, reader.c), accept.c, job.c, forward.c, outbound.c and
+ * flow.c; calls nothing of wl-node's: forward.c and outbound.c notice the
+ * outbound connections it closed themselves (wl_fwd_forget_closed). */
 #pragma once
 #include "net.h"
 #include "outq.h"

@@ -5,7 +5,7 @@
  * request over --max-request is answered ERR and skipped unread; a forward
  * target's reply goes to forward.c, its padding dropped as it arrives, and
  * the job it settles is continued. Called by reader.c; calls job.c,
- * forward.c, flow.c, conn.c and spans.c. */
+ * forward.c, flow.c and spans.c. */
 #pragma once
 #include "conn.h"
 

@@ -5,7 +5,8 @@
  * bytes (unsent replies, unfinished requests) is not read until it
  * drains, so a client that never reads cannot grow the node; a client
  * that half-closed is closed once everything it sent is answered. Called
- * by the loop (worker.c, reader.c), job.c and forward.c; calls conn.c. */
+ * by the loop (worker.c, reader.c, drain.c), job.c and forward.c; calls
+ * conn.c. */
 #pragma once
 #include "conn.h"
 

@@ -1,8 +1,8 @@
 /* forward: the FORWARD op (forward.c says how). job.c starts one; the loop
  * (worker.c, drain.c) hands it the replies it reads and its deadlines, and
  * gets back the jobs whose FORWARD settled, to continue them
- * (wl_job_op_done). It calls outbound.c for its connections, flow.c to
- * send on them, and spans.c. */
+ * (wl_job_op_done). It calls outbound.c for its connections, flow.c and
+ * conn.c to send on them, and spans.c. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,8 +1,8 @@
-/* inbox: what other threads hand a worker. The storage thread posts jobs
- * whose LOAD or STORE is done, the acceptor thread (parent accept mode)
- * posts the connections it accepted, main wakes the worker to stop; an
- * eventfd in the worker's poller wakes its loop (worker.c), which takes
- * them. Calls nothing of wl-node's. */
+/* inbox: what other threads hand a worker. The storage thread (storage.c)
+ * posts jobs whose LOAD or STORE is done, the acceptor thread (accept.c,
+ * parent accept mode) the connections it accepted, and main (node.c)
+ * wakes the worker to stop; an eventfd in the worker's poller wakes its
+ * loop (worker.c), which takes them. Calls nothing of wl-node's. */
 #pragma once
 #include "util.h"
 

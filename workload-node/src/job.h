@@ -1,10 +1,10 @@
 /* job: one request's life on a node, from its complete message to its
  * reply: validation and the caps, its chain run op by op (COMPUTE here,
  * LOAD and STORE on the storage thread, FORWARD parked until its quorum),
- * the reply queued on its origin. The loop (worker.c, reader.c) calls it,
- * with the request and again when an op that ran elsewhere ends; it calls
- * compute.c, storage.c, forward.c (to start a FORWARD), flow.c (the
- * reply) and spans.c. */
+ * the reply queued on its origin. Called by the loop: drain.c and reader.c
+ * with a request, worker.c and drain.c again when an op that ran elsewhere
+ * ends. It calls caps.c, compute.c, storage.c, forward.c (to start a
+ * FORWARD), conn.c and flow.c (the reply to its origin) and spans.c. */
 #pragma once
 #include "caps.h"
 #include "rxstamp.h"

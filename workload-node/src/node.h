@@ -2,7 +2,8 @@
  * wl_node_cfg, filled by node_args.c before any thread starts and only read
  * afterwards) and the node itself (its workers, listening sockets, storage,
  * the count of open connections, the stop flag). Each concern has its own
- * header, which says what it owns and who calls it. */
+ * header, which says what it owns, who calls it and what it calls;
+ * README.md ("Source layout") shows the whole. */
 #pragma once
 #include "net.h"
 #include "sched_policy.h"

@@ -1,5 +1,6 @@
-/* sched_policy: the workers' scheduling policy (--sched): parsed and checked when
- * the options are read, applied by each worker thread to itself. */
+/* sched_policy: the workers' scheduling policy (--sched): parsed and
+ * checked when the options are read, applied by each worker thread to
+ * itself. */
 #include "sched_policy.h"
 #include "units.h"
 

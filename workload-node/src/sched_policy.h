@@ -1,6 +1,6 @@
-/* sched_policy: the workers' scheduling policy (--sched). node_args.c parses it
- * when the options are read; each worker thread applies it to itself
- * (node.c). Calls nothing of wl-node's. */
+/* sched_policy: the workers' scheduling policy (--sched). node_args.c
+ * parses it when the options are read; each worker thread applies it to
+ * itself (node.c). Calls nothing of wl-node's. */
 #pragma once
 #include "util.h"
 

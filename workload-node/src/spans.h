@@ -1,6 +1,6 @@
 /* spans: the node's spans in its trace (spans.c lists them). Called only
- * when the worker traces, by the loop (worker.c), job.c and forward.c;
- * calls only trace.c. status is a wl.status (trace.h). */
+ * when the worker traces, by the loop (worker.c, drain.c), job.c and
+ * forward.c; calls only trace.c. status is a wl.status (trace.h). */
 #pragma once
 #include "conn.h"
 #include "forward.h"

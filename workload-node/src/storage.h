@@ -1,7 +1,8 @@
 /* storage: the storage thread, which does every LOAD and STORE of the node
  * (storage.c says how). node.c opens and closes it, job.c submits a job
- * whose op is a LOAD or a STORE; the job comes back to its worker's loop
- * through the inbox of its worker (inbox.h) when the I/O is done. */
+ * whose op is a LOAD or a STORE; when the I/O is done, the job goes back
+ * to its worker's loop through the worker's inbox (inbox.h). Calls
+ * storage_file.c and inbox.c. */
 #pragma once
 #include <stdint.h>
 

@@ -3,7 +3,8 @@
  * counters. Nothing is shared between workers but the storage queue, the
  * count of open connections (node.h) and the counters, read by SIGUSR1.
  * node.c sets the workers up and starts their threads; the loop calls
- * reader.c, job.c, forward.c, flow.c, conn.c, inbox.c and spans.c. */
+ * reader.c, job.c, forward.c, outbound.c, flow.c, conn.c, inbox.c and
+ * spans.c. */
 #pragma once
 #include "flow.h"
 #include "forward.h"
