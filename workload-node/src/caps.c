@@ -5,15 +5,15 @@
  * outbound connections. A request over a cap is answered ERR (never run,
  * never clipped) and counted. The flags are one table: parsing, ranges and
  * the help text come from it. */
-#include "node.h"
+#include "caps.h"
 #include "units.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/resource.h>
 
-#define OPT_BASE 1000 /* getopt values of the cap flags: OPT_BASE + table index */
 #define FD_RESERVE 64 /* stdio, storage, trace, acceptor, spare */
 
 struct cap_opt {
@@ -56,29 +56,22 @@ static uint64_t *field(struct wl_node_cfg *cfg, const struct cap_opt *c)
 	return (uint64_t *)((char *)cfg + c->field);
 }
 
-static uint64_t base_to_field(const struct cap_opt *c, double v)
+static double in_field_unit(const struct cap_opt *c, double v)
 {
-	return (uint64_t)(c->unit == WL_UNIT_TIME ? v * 1000.0 : v); /* times are kept in ns */
+	return c->unit == WL_UNIT_TIME ? v * 1000.0 : v; /* times are kept in ns */
 }
 
 void wl_caps_defaults(struct wl_node_cfg *cfg)
 {
 	for (size_t i = 0; i < NCAPS; i++)
-		*field(cfg, &caps[i]) = base_to_field(&caps[i], caps[i].dflt);
+		*field(cfg, &caps[i]) = (uint64_t)in_field_unit(&caps[i], caps[i].dflt);
 }
 
-size_t wl_caps_options(struct option *opts, size_t n, size_t max)
+/* A cap's option (its row's key is its index in caps[]); messages name it in full. */
+static int opt_cap(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
 {
-	for (size_t i = 0; i < NCAPS && n < max; i++)
-		opts[n++] = (struct option){caps[i].name, required_argument, 0, OPT_BASE + (int)i};
-	return n;
-}
-
-bool wl_caps_is_option(int getopt_val) { return getopt_val >= OPT_BASE && getopt_val < OPT_BASE + (int)NCAPS; }
-
-int wl_caps_parse(int getopt_val, const char *arg, struct wl_node_cfg *cfg)
-{
-	const struct cap_opt *c = &caps[getopt_val - OPT_BASE];
+	const struct cap_opt *c = &caps[o->key];
+	struct wl_node_cfg *cfg = ps->settings;
 	char what[32];
 	double v;
 	snprintf(what, sizeof(what), "--%s", c->name);
@@ -87,9 +80,19 @@ int wl_caps_parse(int getopt_val, const char *arg, struct wl_node_cfg *cfg)
 	if (v < c->min || v > c->max)
 		return wl_err("%s: '%s' is out of range (%s from %.15g to %.15g%s)", what, arg, wl_unit_name(c->unit),
 			      c->min, c->max, c->unit == WL_UNIT_TIME ? " us" : "");
-	*field(cfg, c) = base_to_field(c, v);
-	cfg->caps_given |= 1u << (getopt_val - OPT_BASE);
+	wl_opt_store(ps, o, in_field_unit(c, v), NULL);
+	cfg->caps_given |= 1u << o->key;
 	return 0;
+}
+
+size_t wl_caps_rows(struct wl_opt *rows, size_t max)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < NCAPS && n + 1 < max; i++, n++)
+		rows[n] = (struct wl_opt){0, caps[i].name, WL_ARG_REQUIRED, "VALUE", opt_cap, (int)i, NULL,
+					  {WL_FIELD_U64, caps[i].field}};
+	rows[n] = (struct wl_opt)WL_OPT_END;
+	return n;
 }
 
 void wl_caps_usage(FILE *out)

@@ -18,10 +18,9 @@ struct client_args {
 	bool check, nreq_auto;
 };
 
-enum count_key { K_NT, K_NS, K_SEED, K_RETRY };
-enum flag_key { F_SPIN, F_BUSY, F_IDLE, F_JSON, F_NONBLOCK, F_CONN_TIMES, F_STAG, F_NANO, F_NOOP, F_CHECK };
-
 #define CTX(ps) ((struct client_args *)(ps)->ctx)
+#define DEST(type, field) WL_DEST(WL_FIELD_##type, struct client, field)
+#define NO_DEST WL_NO_DEST
 
 static int parse_count(const char *text, const char *what, double lo, double hi, uint64_t *out)
 {
@@ -34,38 +33,22 @@ static int parse_count(const char *text, const char *what, double lo, double hi,
 	return 0;
 }
 
+enum count_key { K_NT, K_NS, K_SEED, K_RETRY };
+
 static int opt_count(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
 {
 	static const double range[][2] = {[K_NT] = {1, 1024}, [K_NS] = {1, 1e12}, [K_SEED] = {0, 1.8e19},
 					  [K_RETRY] = {0, 1e6}};
-	struct client *cl = CTX(ps)->cl;
 	uint64_t n;
 	if (parse_count(arg, ps->opt, range[o->key][0], range[o->key][1], &n) < 0)
 		return -1;
-	switch ((enum count_key)o->key) {
-	case K_NT: cl->npairs = (int)n; break;
-	case K_NS: cl->nsessions = n; break;
-	case K_SEED: cl->seed = n; break;
-	case K_RETRY: cl->retry_num = (uint32_t)n; break;
-	}
+	wl_opt_store(ps, o, (double)n, NULL); /* a whole number below 2^64: exact as a double */
 	return 0;
 }
 
-static int opt_flag(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+static int opt_check(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
 {
-	struct client *cl = CTX(ps)->cl;
-	switch ((enum flag_key)o->key) {
-	case F_SPIN: cl->spin = true; break;
-	case F_BUSY: cl->busy_poll = true; break;
-	case F_IDLE: cl->idle_poll = true; break;
-	case F_JSON: cl->json = true; break;
-	case F_NONBLOCK: cl->nonblock = true; break;
-	case F_CONN_TIMES: cl->conn_times = true; break;
-	case F_STAG: cl->stag_send = true; break;
-	case F_NANO: cl->dw_out.nano = true; break;
-	case F_CHECK: CTX(ps)->check = true; break;
-	case F_NOOP: break; /* --pso, -i: records are kept in memory and written once, at the end */
-	}
+	CTX(ps)->check = true;
 	return 0;
 }
 
@@ -87,49 +70,37 @@ static int opt_pace(struct wl_parser *ps, const struct wl_opt *o, const char *ar
 	return 0;
 }
 
-/* A time whose bare number is in unit_us (DistWalk: --rss in seconds, --retry-period in ms). */
-static int time_bare_in(const char *arg, double unit_us, double min_us, double max_us, uint64_t *ns, const char *what)
+enum time_key { T_RSS, T_RETRY_PERIOD, T_TIMEOUT };
+
+/* A time (into ns) whose bare number is in unit_us (DistWalk: --rss in seconds, --retry-period in ms). */
+static int opt_time(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
 {
-	double v;
+	static const struct {
+		double unit_us, min_us, max_us;
+	} kinds[] = {[T_RSS] = {1e6, 1, 1e12}, [T_RETRY_PERIOD] = {1e3, 1, 3600e6}, [T_TIMEOUT] = {1, 1, 1e12}};
+	double v, min_us = kinds[o->key].min_us, max_us = kinds[o->key].max_us;
 	bool bare = arg[0] && strspn(arg, "0123456789.") == strlen(arg);
-	if (wl_parse_number(arg, bare ? WL_UNIT_COUNT : WL_UNIT_TIME, &v, what) < 0)
+	if (wl_parse_number(arg, bare ? WL_UNIT_COUNT : WL_UNIT_TIME, &v, ps->opt) < 0)
 		return -1;
-	v *= bare ? unit_us : 1;
+	v *= bare ? kinds[o->key].unit_us : 1;
 	if (v < min_us || v > max_us)
-		return wl_err("%s: '%s' is not within %.0fus..%.0fs", what, arg, min_us, max_us / 1e6);
-	*ns = (uint64_t)(v * 1000);
+		return wl_err("%s: '%s' is not within %.0fus..%.0fs", ps->opt, arg, min_us, max_us / 1e6);
+	wl_opt_store(ps, o, v * 1000, NULL);
 	return 0;
 }
 
-enum time_key { T_RSS, T_RETRY_PERIOD, T_TIMEOUT, T_BUSY_FOR };
-
-static int opt_time(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+static int opt_busy_for(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
 {
-	struct client *cl = CTX(ps)->cl;
-	switch ((enum time_key)o->key) {
-	case T_RSS: return time_bare_in(arg, 1e6, 1, 1e12, &cl->rss_ns, ps->opt);
-	case T_RETRY_PERIOD: return time_bare_in(arg, 1e3, 1, 3600e6, &cl->retry_period_ns, ps->opt);
-	case T_TIMEOUT: return time_bare_in(arg, 1, 1, 1e12, &cl->timeout_ns, ps->opt);
-	case T_BUSY_FOR: break;
-	}
 	double v;
 	if (wl_parse_number(arg, WL_UNIT_TIME, &v, ps->opt) < 0)
 		return -1;
 	if (v < 0 || v > 1e6)
 		return wl_err("%s: '%s' is not within 0..1s", ps->opt, arg);
-	cl->poll_window_ns = (uint64_t)(v * 1000);
+	wl_opt_store(ps, o, v * 1000, NULL);
 	return 0;
 }
 
-static int opt_nodelay(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
-{
-	if (strcmp(arg, "0") && strcmp(arg, "1"))
-		return wl_err("%s: expected 0 or 1, not '%s'", ps->opt, arg);
-	CTX(ps)->cl->nodelay = arg[0] == '1';
-	return 0;
-}
-
-enum text_key { S_TO, S_BIND, S_RESOLVE, S_NAMES, S_TRACE, S_SAMPLE, S_SCRIPT, S_OUTPUT, S_OUTFMT, S_CPUS };
+enum text_key { S_TO, S_BIND, S_RESOLVE, S_NAMES, S_SCRIPT, S_OUTPUT, S_OUTFMT, S_CPUS };
 
 static int opt_text(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
 {
@@ -140,8 +111,6 @@ static int opt_text(struct wl_parser *ps, const struct wl_opt *o, const char *ar
 	case S_BIND: a->bind = arg; return 0;
 	case S_RESOLVE: return wl_resolve_add(arg);
 	case S_NAMES: return wl_addr_known_names(arg);
-	case S_TRACE: cl->trace_path = arg; return 0;
-	case S_SAMPLE: cl->sample_spec = arg; return 0;
 	case S_SCRIPT: return wl_parser_include(ps, arg);
 	case S_OUTPUT: return wl_dw_output_parse(arg, &cl->out_path, &cl->dw_out, ps->opt);
 	case S_CPUS: return (cl->ncpus = wl_parse_cpulist(arg, cl->cpus, 256)) < 0 ? -1 : 0;
@@ -187,70 +156,84 @@ static int opt_chain(struct wl_parser *ps, const struct wl_opt *o, const char *a
 #define OPT WL_ARG_OPTIONAL
 
 static const struct wl_opt general[] = {
-	{0, "to", REQ, "ADDR", opt_text, S_TO, "first node: [tcp://|udp://]host[:port] (127.0.0.1:7891)"},
-	{'b', "bind-addr", REQ, "ADDR", opt_text, S_BIND, "connect from this local host[:port] or :port"},
-	{0, "resolve", REQ, "NAME=ADDR", opt_text, S_RESOLVE, "map a host name (--to, -F) to addr[:port]; repeatable"},
-	{'n', "num-pkts", REQ, "N|auto", opt_nreq, 0,
-	 "requests per pair (1); auto: one pass of the -r ramp or -p sequence"},
-	{0, "num-threads|nt", REQ, "N", opt_count, K_NT, "sender/receiver thread pairs (1)"},
-	{0, "num-sessions|ns", REQ, "N", opt_count, K_NS, "sessions per pair: reconnect between them (1)"},
+	{0, "to", REQ, "ADDR", opt_text, S_TO, "first node: [tcp://|udp://]host[:port] (127.0.0.1:7891)", NO_DEST},
+	{'b', "bind-addr", REQ, "ADDR", opt_text, S_BIND, "connect from this local host[:port] or :port", NO_DEST},
+	{0, "resolve", REQ, "NAME=ADDR", opt_text, S_RESOLVE, "map a host name (--to, -F) to addr[:port]; repeatable",
+	 NO_DEST},
+	{'n', "num-pkts", REQ, "N|auto", opt_nreq, 0, "requests per pair (1); auto: one pass of the -r ramp or -p sequence",
+	 NO_DEST},
+	{0, "num-threads|nt", REQ, "N", opt_count, K_NT, "sender/receiver thread pairs (1)", DEST(INT, npairs)},
+	{0, "num-sessions|ns", REQ, "N", opt_count, K_NS, "sessions per pair: reconnect between them (1)",
+	 DEST(U64, nsessions)},
 	{'r', "rate", REQ, "RATE", opt_pace, WL_PACE_RATE,
-	 "requests/s per pair: number, distribution, aseq/gseq ramp, file"},
+	 "requests/s per pair: number, distribution, aseq/gseq ramp, file", NO_DEST},
 	{'p', "period", REQ, "TIME", opt_pace, WL_PACE_PERIOD,
-	 "inter-request period per pair (bare = us); closed loop without -r/-p"},
-	{0, "rate-step-secs|rss", REQ, "TIME", opt_time, T_RSS, "duration of one rate step (bare = seconds) (1)"},
-	{0, "wait-spin|ws|spin", NONE, NULL, opt_flag, F_SPIN, "busy-wait until each send instead of sleeping"},
-	{0, "stag-send", NONE, NULL, opt_flag, F_STAG, "stagger the pairs: pair i starts i/nt of a period late"},
-	{0, "busy-poll", NONE, NULL, opt_flag, F_BUSY, "each pair is one thread that never sleeps"},
-	{0, "busy-poll-for", REQ, "TIME", opt_time, T_BUSY_FOR,
-	 "poll for a reply up to TIME after the last send or reply (0)"},
-	{0, "idle-poll", NONE, NULL, opt_flag, F_IDLE, "keep every CPU out of its idle state (spinners)"},
-	{0, "seed", REQ, "N", opt_count, K_SEED, "PRNG seed (1)"},
-	{0, "timeout", REQ, "TIME", opt_time, T_TIMEOUT, "client request timeout (10s)"},
-	{0, "no-delay|nd", REQ, "0|1", opt_nodelay, 0, "TCP_NODELAY (1)"},
-	{0, "retry-num", REQ, "N", opt_count, K_RETRY, "connection attempts after a failed one (0)"},
-	{0, "retry-period", REQ, "TIME", opt_time, T_RETRY_PERIOD, "between connection attempts (bare = ms) (200ms)"},
-	{0, "non-block", NONE, NULL, opt_flag, F_NONBLOCK, "connect without blocking, spinning until connected"},
-	{0, "conn-times", NONE, NULL, opt_flag, F_CONN_TIMES, "print each session's connect() time"},
-	{'c', "cpus", REQ, "LIST", opt_text, S_CPUS, "pin pair i's sender to the i-th cpu of LIST"},
+	 "inter-request period per pair (bare = us); closed loop without -r/-p", NO_DEST},
+	{0, "rate-step-secs|rss", REQ, "TIME", opt_time, T_RSS, "duration of one rate step (bare = seconds) (1)",
+	 DEST(U64, rss_ns)},
+	{0, "wait-spin|ws|spin", NONE, NULL, wl_opt_true, 0, "busy-wait until each send instead of sleeping",
+	 DEST(BOOL, spin)},
+	{0, "stag-send", NONE, NULL, wl_opt_true, 0, "stagger the pairs: pair i starts i/nt of a period late",
+	 DEST(BOOL, stag_send)},
+	{0, "busy-poll", NONE, NULL, wl_opt_true, 0, "each pair is one thread that never sleeps", DEST(BOOL, busy_poll)},
+	{0, "busy-poll-for", REQ, "TIME", opt_busy_for, 0, "poll for a reply up to TIME after the last send or reply (0)",
+	 DEST(U64, poll_window_ns)},
+	{0, "idle-poll", NONE, NULL, wl_opt_true, 0, "keep every CPU out of its idle state (spinners)",
+	 DEST(BOOL, idle_poll)},
+	{0, "seed", REQ, "N", opt_count, K_SEED, "PRNG seed (1)", DEST(U64, seed)},
+	{0, "timeout", REQ, "TIME", opt_time, T_TIMEOUT, "client request timeout (10s)", DEST(U64, timeout_ns)},
+	{0, "no-delay|nd", REQ, "0|1", wl_opt_01, 0, "TCP_NODELAY (1)", DEST(BOOL, nodelay)},
+	{0, "retry-num", REQ, "N", opt_count, K_RETRY, "connection attempts after a failed one (0)",
+	 DEST(U32, retry_num)},
+	{0, "retry-period", REQ, "TIME", opt_time, T_RETRY_PERIOD, "between connection attempts (bare = ms) (200ms)",
+	 DEST(U64, retry_period_ns)},
+	{0, "non-block", NONE, NULL, wl_opt_true, 0, "connect without blocking, spinning until connected",
+	 DEST(BOOL, nonblock)},
+	{0, "conn-times", NONE, NULL, wl_opt_true, 0, "print each session's connect() time", DEST(BOOL, conn_times)},
+	{'c', "cpus", REQ, "LIST", opt_text, S_CPUS, "pin pair i's sender to the i-th cpu of LIST", NO_DEST},
 	{'o', "output|output-file", REQ, "FILE[,sep=C][,header=B]", opt_text, S_OUTPUT,
-	 "per-request records (a .txt file, sep= or header=: DistWalk's layout)"},
-	{0, "output-format", REQ, "csv|json", opt_text, S_OUTFMT, "layout of -o FILE (csv)"},
-	{0, "nano", NONE, NULL, opt_flag, F_NANO, "records in DistWalk's layout, in nanoseconds"},
-	{0, "per-session-output|pso", NONE, NULL, opt_flag, F_NOOP, "accepted; records are written at the end"},
-	{'i', "interactive-pso", NONE, NULL, opt_flag, F_NOOP, "accepted; records are written at the end"},
-	{0, "json", NONE, NULL, opt_flag, F_JSON, "print the summary as one JSON object"},
-	{0, "trace", REQ, "FILE", opt_text, S_TRACE, "OpenTelemetry JSON spans (client side)"},
-	{0, "sample", REQ, "SPEC", opt_text, S_SAMPLE, "draw -n values of SPEC with --seed, print statistics"},
-	{'f', "script-filename", REQ, "FILE", opt_text, S_SCRIPT, "read options from FILE as though written here"},
-	{0, "check", NONE, NULL, opt_flag, F_CHECK, "parse only: print the chain as JSON, run nothing"},
-	{0, "names", REQ, "N1,N2,..", opt_text, S_NAMES, "the host names a target may have (else an error)"},
-	{'h', "help", NONE, NULL, wl_opt_help, 0, "this help"},
-	{0, "usage", NONE, NULL, wl_opt_usage, 0, "a short usage message"},
-	{0, "ssl-cert|ssl-key|ssl-ca|ssl-ciphers|ssl-ca-path", REQ, "X", opt_unsupported, 0, NULL},
-	{0, "ssl-verify", NONE, NULL, opt_unsupported, 0, NULL},
-	{0, "dpdk-tx-cpu|dpdk-rx-cpu", REQ, "N", opt_unsupported, 1, NULL},
+	 "per-request records (a .txt file, sep= or header=: DistWalk's layout)", NO_DEST},
+	{0, "output-format", REQ, "csv|json", opt_text, S_OUTFMT, "layout of -o FILE (csv)", NO_DEST},
+	{0, "nano", NONE, NULL, wl_opt_true, 0, "records in DistWalk's layout, in nanoseconds", DEST(BOOL, dw_out.nano)},
+	/* --pso, -i: records are kept in memory and written once, at the end */
+	{0, "per-session-output|pso", NONE, NULL, wl_opt_ignore, 0, "accepted; records are written at the end", NO_DEST},
+	{'i', "interactive-pso", NONE, NULL, wl_opt_ignore, 0, "accepted; records are written at the end", NO_DEST},
+	{0, "json", NONE, NULL, wl_opt_true, 0, "print the summary as one JSON object", DEST(BOOL, json)},
+	{0, "trace", REQ, "FILE", wl_opt_text, 0, "OpenTelemetry JSON spans (client side)", DEST(TEXT, trace_path)},
+	{0, "sample", REQ, "SPEC", wl_opt_text, 0, "draw -n values of SPEC with --seed, print statistics",
+	 DEST(TEXT, sample_spec)},
+	{'f', "script-filename", REQ, "FILE", opt_text, S_SCRIPT, "read options from FILE as though written here",
+	 NO_DEST},
+	{0, "check", NONE, NULL, opt_check, 0, "parse only: print the chain as JSON, run nothing", NO_DEST},
+	{0, "names", REQ, "N1,N2,..", opt_text, S_NAMES, "the host names a target may have (else an error)", NO_DEST},
+	{'h', "help", NONE, NULL, wl_opt_help, 0, "this help", NO_DEST},
+	{0, "usage", NONE, NULL, wl_opt_usage, 0, "a short usage message", NO_DEST},
+	{0, "ssl-cert|ssl-key|ssl-ca|ssl-ciphers|ssl-ca-path", REQ, "X", opt_unsupported, 0, NULL, NO_DEST},
+	{0, "ssl-verify", NONE, NULL, opt_unsupported, 0, NULL, NO_DEST},
+	{0, "dpdk-tx-cpu|dpdk-rx-cpu", REQ, "N", opt_unsupported, 1, NULL, NO_DEST},
 	WL_OPT_END,
 };
 
+/* The operations: chain_args.c builds the chain from them, in order. */
 static const struct wl_opt operations[] = {
 	WL_OPT_HEADING("operations, in order (values: N[k|m|g], times ns/us/ms/s, unif/exp/norm/lognorm/gamma,\n"
 		       "aseq/gseq, file:PATH; ',' or ':' separate):"),
 	{'C', "comp-time", REQ, "TIME[,wall|loop]", opt_chain, C_COMPUTE,
-	 "COMPUTE (thread CPU time; wall clock; calibrated loop)"},
-	{'L', "load-data", REQ, "BYTES", opt_chain, C_LOAD, "LOAD; or size=[BYTES],offset=[BYTES]"},
+	 "COMPUTE (thread CPU time; wall clock; calibrated loop)", NO_DEST},
+	{'L', "load-data", REQ, "BYTES", opt_chain, C_LOAD, "LOAD; or size=[BYTES],offset=[BYTES]", NO_DEST},
 	{'S', "store-data", REQ, "[nosync|sync|psync,]BYTES", opt_chain, C_STORE,
-	 "STORE (sync); or size=[BYTES],offset=[BYTES]"},
-	{0, "load-offset", REQ, "BYTES", opt_chain, C_LOFF, "offset of the LOADs that follow (0)"},
-	{0, "store-offset", REQ, "BYTES", opt_chain, C_SOFF, "offset of the STOREs that follow (0)"},
+	 "STORE (sync); or size=[BYTES],offset=[BYTES]", NO_DEST},
+	{0, "load-offset", REQ, "BYTES", opt_chain, C_LOFF, "offset of the LOADs that follow (0)", NO_DEST},
+	{0, "store-offset", REQ, "BYTES", opt_chain, C_SOFF, "offset of the STOREs that follow (0)", NO_DEST},
 	{'F', "forward", REQ, "T1[,T2..][,nack=N][,timeout=T][,retry=R][,branch]", opt_chain, C_FWD,
-	 "FORWARD the ops that follow to the targets"},
+	 "FORWARD the ops that follow to the targets", NO_DEST},
 	{'R', "rs|reply", OPT, "[sendfile,]BYTES", opt_chain, C_REPLY,
-	 "close the open -F (its reply size); at the top: the reply size"},
-	{0, "fwd-end", NONE, NULL, opt_chain, C_FWDEND, "close the open -F"},
-	{0, "next-branch", NONE, NULL, opt_chain, C_BRANCH, "with branch: the next target's own ops"},
-	{'s', "skip", REQ, "N[,prob=P][,every=M]", opt_chain, C_SKIP, "skip the next N ops (1) with probability P"},
-	{0, "ps", REQ, "BYTES", opt_chain, C_PS, "size of the client's requests"},
+	 "close the open -F (its reply size); at the top: the reply size", NO_DEST},
+	{0, "fwd-end", NONE, NULL, opt_chain, C_FWDEND, "close the open -F", NO_DEST},
+	{0, "next-branch", NONE, NULL, opt_chain, C_BRANCH, "with branch: the next target's own ops", NO_DEST},
+	{'s', "skip", REQ, "N[,prob=P][,every=M]", opt_chain, C_SKIP, "skip the next N ops (1) with probability P",
+	 NO_DEST},
+	{0, "ps", REQ, "BYTES", opt_chain, C_PS, "size of the client's requests", NO_DEST},
 	WL_OPT_END,
 };
 
@@ -303,7 +286,11 @@ enum wl_args_result wl_client_args(struct client *cl, int argc, char **argv)
 	static const struct wl_opt *const tables[] = {general, operations, NULL};
 	struct client_args a = {.cl = cl};
 	wl_chain_args_init(&a.chain, &cl->wk);
-	struct wl_parser ps = {.prog = "wl-client", .synopsis = "[options] [operations]", .tables = tables, .ctx = &a};
+	struct wl_parser ps = {.prog = "wl-client",
+			       .synopsis = "[options] [operations]",
+			       .tables = tables,
+			       .settings = cl,
+			       .ctx = &a};
 	wl_set_plain_errors(true);
 	int rc = wl_parse(&ps, argc, argv);
 	if (rc == 0 && !ps.stop)

@@ -3,7 +3,7 @@
  * wall time spins on the clock; a calibrated loop runs a fixed amount of
  * arithmetic, measured once at start-up, so that a slower or shared CPU
  * makes it take longer, as the same code would. */
-#include "node.h"
+#include "compute.h"
 
 #include <stdio.h>
 
@@ -50,13 +50,12 @@ void wl_compute_loops(double loops_per_us)
 	fprintf(stderr, "wl-node: every COMPUTE runs a loop of %.1f iterations/us\n", iterations_per_ns * 1e3);
 }
 
-void wl_compute(struct wl_worker *w, const struct wl_op *op)
+void wl_compute(const struct wl_op *op, const volatile int *stop)
 {
 	/* Nothing to burn: skip the clock reads (thread CPU time is a system
 	 * call, not a vDSO read: two of them would double a -C 0 request's cost). */
 	if (op->compute.ns == 0)
 		return;
-	wl_worker_flush(w); /* replies already made must not wait for this work */
 	if ((op->flags & WL_COMPUTE_LOOP) || (loop_all && !(op->flags & WL_COMPUTE_WALL))) {
 		sink = spin((uint64_t)((double)op->compute.ns * iterations_per_ns));
 		return;
@@ -65,6 +64,6 @@ void wl_compute(struct wl_worker *w, const struct wl_op *op)
 	uint64_t (*clock)(void) = wall ? wl_now_ns : wl_thread_cpu_ns;
 	uint64_t end = clock() + op->compute.ns;
 	/* A shutdown request cuts a long compute short. */
-	while (clock() < end && !__atomic_load_n(&w->node->stop, __ATOMIC_RELAXED))
+	while (clock() < end && !__atomic_load_n(stop, __ATOMIC_RELAXED))
 		;
 }

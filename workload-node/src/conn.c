@@ -1,9 +1,8 @@
-/* conn: a worker's connections: registration in its poller, deferred
- * close, buffered sends, and backpressure: a client connection that holds
- * --max-backlog bytes (unsent replies, unfinished requests) is not read
- * until it drains, so a client that never reads cannot grow the node. */
-#include "node.h"
-#include "rxstamp.h"
+/* conn: a worker's connections: admission (--max-conns), slots with
+ * generations, registration in the poller, deferred close, the backlog of
+ * connections with requests left for the next pass (see conn.h). */
+#include "conn.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -11,11 +10,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-
 /* Keep per-connection memory small between requests: an idle connection
  * holds no buffers, and a buffer grown for one big message is released. */
-void wl_buf_trim(struct wl_buf *b)
+void wl_conn_trim(struct wl_conn *c)
 {
+	struct wl_buf *b = &c->in;
 	if (wl_buf_avail(b) == 0 && b->cap > WL_READ_CHUNK)
 		wl_buf_free(b);
 	else if (wl_buf_avail(b) == 0)
@@ -47,25 +46,26 @@ static struct wl_conn *conn_alloc(struct wl_worker *w, enum wl_conn_kind kind, i
 	c->fd = fd;
 	c->w = w;
 	c->events = events;
-	if (w->nfree) {
-		c->slot = w->free_slots[--w->nfree];
+	struct wl_conns *t = &w->conns;
+	if (t->nfree) {
+		c->slot = t->free_slots[--t->nfree];
 	} else {
-		/* two arrays of one capacity: conns_cap moves once both have grown */
-		size_t conns_cap = w->conns_cap, slots_cap = w->conns_cap;
-		if (wl_grow(&w->conns, &conns_cap, w->nconns, sizeof(*w->conns), 64) < 0 ||
-		    wl_grow(&w->free_slots, &slots_cap, w->nconns, sizeof(*w->free_slots), 64) < 0) {
-			wl_err("worker %d: out of memory for %u connections", w->index, w->nconns + 1);
+		/* two arrays of one capacity: t->cap moves once both have grown */
+		size_t slots_cap = t->cap, free_cap = t->cap;
+		if (wl_grow(&t->slots, &slots_cap, t->n, sizeof(*t->slots), 64) < 0 ||
+		    wl_grow(&t->free_slots, &free_cap, t->n, sizeof(*t->free_slots), 64) < 0) {
+			wl_err("worker %d: out of memory for %u connections", w->index, t->n + 1);
 			free(c);
 			return NULL;
 		}
-		w->conns_cap = conns_cap;
-		c->slot = w->nconns++;
+		t->cap = slots_cap;
+		c->slot = t->n++;
 	}
-	c->gen = ++w->pend_gen;
-	w->conns[c->slot] = c;
+	c->gen = ++w->gen;
+	t->slots[c->slot] = c;
 	if (wl_poller_add(&w->poller, fd, events, c, kind == WL_CONN_LISTEN || kind == WL_CONN_UDP) < 0) {
-		w->conns[c->slot] = NULL;
-		w->free_slots[w->nfree++] = c->slot;
+		t->slots[c->slot] = NULL;
+		t->free_slots[t->nfree++] = c->slot;
 		free(c);
 		return NULL;
 	}
@@ -96,12 +96,13 @@ void wl_conn_kill(struct wl_conn *c)
 		wl_err("worker %d: dropping fd %d from the poller failed", w->index, c->fd);
 	if (close(c->fd) < 0)
 		wl_err("worker %d: close fd %d: %s", w->index, c->fd, strerror(errno));
-	w->conns[c->slot] = NULL;
-	w->free_slots[w->nfree++] = c->slot;
-	for (size_t i = 0; c->backlogged && i < w->nbacklog; i++) {
-		if (w->backlog[i] == c) { /* it is freed at the end of this pass */
-			memmove(w->backlog + i, w->backlog + i + 1, (w->nbacklog - i - 1) * sizeof(*w->backlog));
-			w->nbacklog--;
+	struct wl_conns *t = &w->conns;
+	t->slots[c->slot] = NULL;
+	t->free_slots[t->nfree++] = c->slot;
+	for (size_t i = 0; c->backlogged && i < t->nbacklog; i++) {
+		if (t->backlog[i] == c) { /* it is freed at the end of this pass */
+			memmove(t->backlog + i, t->backlog + i + 1, (t->nbacklog - i - 1) * sizeof(*t->backlog));
+			t->nbacklog--;
 			c->backlogged = false;
 		}
 	}
@@ -109,162 +110,47 @@ void wl_conn_kill(struct wl_conn *c)
 		WL_COUNT(w, closed, 1);
 		wl_conn_unadmit(w->node);
 	}
-	if (c->kind == WL_CONN_OUT)
-		wl_fwd_conn_failed(c);
-	c->next_dead = w->dead;
-	w->dead = c;
+	c->next_dead = t->dead;
+	t->dead = c;
 }
 
 void wl_conn_reap(struct wl_worker *w)
 {
-	while (w->dead) {
-		struct wl_conn *c = w->dead;
-		w->dead = c->next_dead;
+	while (w->conns.dead) {
+		struct wl_conn *c = w->conns.dead;
+		w->conns.dead = c->next_dead;
 		wl_buf_free(&c->in);
 		wl_outq_free(&c->out);
 		free(c);
 	}
 }
 
-/* A stalled or half-closed client connection is not read; an outbound one
- * always is (replies free the node's pending forwards). */
-static int set_interest(struct wl_conn *c)
+struct wl_conn *wl_conn_at(struct wl_worker *w, uint32_t slot, uint32_t gen)
 {
-	bool read = c->kind != WL_CONN_IN || !(c->stalled || c->eof);
-	uint32_t ev = (read ? WL_EV_IN : 0) | (c->want_out ? WL_EV_OUT : 0);
-	if (ev == c->events)
-		return 0;
-	if (wl_poller_mod(&c->w->poller, c->fd, ev, c) < 0) {
+	struct wl_conn *c = slot < w->conns.n ? w->conns.slots[slot] : NULL;
+	return c && c->gen == gen && !c->dead ? c : NULL;
+}
+
+void wl_conn_backlog_add(struct wl_conn *c)
+{
+	struct wl_conns *t = &c->w->conns;
+	if (c->backlogged)
+		return;
+	if (wl_grow(&t->backlog, &t->backlog_cap, t->nbacklog, sizeof(*t->backlog), 16) < 0) {
+		wl_err("worker %d: out of memory for the backlog", c->w->index);
 		wl_conn_kill(c);
-		return -1;
-	}
-	c->events = ev;
-	return 0;
-}
-
-int wl_conn_flush(struct wl_conn *c)
-{
-	while (!wl_outq_empty(&c->out) && !c->connecting) {
-		ssize_t n = wl_outq_send(&c->out, c->fd);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN)
-				break;
-			if (errno != ECONNRESET && errno != EPIPE && errno != ECONNREFUSED)
-				wl_err("worker %d: send on fd %d: %s", c->w->index, c->fd, strerror(errno));
-			wl_conn_kill(c);
-			return -1;
-		}
-		WL_COUNT(c->w, bytes_out, (uint64_t)n);
-	}
-	wl_outq_trim(&c->out); /* between whole messages: the only safe place (see wire.c grow) */
-	c->want_out = !wl_outq_empty(&c->out) || c->connecting;
-	if (set_interest(c) < 0)
-		return -1;
-	wl_conn_progress(c);
-	return c->dead ? -1 : 0;
-}
-
-void wl_conn_put_reply(struct wl_conn *c, uint64_t id, const uint8_t trace_id[16], uint8_t status, uint32_t reply_len)
-{
-	struct wl_buf *b = &c->out.data;
-	size_t at = wl_put_hdr(b, WL_MSG_REPLY, id, trace_id, NULL);
-	wl_put_u8(b, status);
-	wl_put_zeros(b, 3);
-	uint32_t total = reply_len > WL_REPLY_MIN ? reply_len : WL_REPLY_MIN;
-	wl_patch_u32(b, at + 8, total);
-	wl_outq_zeros(&c->out, total - WL_REPLY_MIN);
-}
-
-bool wl_conn_full(const struct wl_conn *c)
-{
-	return wl_outq_mem(&c->out) + c->held >= c->w->node->cfg.max_backlog_bytes;
-}
-
-void wl_conn_stall(struct wl_conn *c)
-{
-	if (c->stalled)
-		return;
-	c->stalled = true;
-	WL_COUNT(c->w, paused, 1);
-	set_interest(c);
-}
-
-void wl_conn_set_eof(struct wl_conn *c)
-{
-	c->eof = true;
-	if (set_interest(c) == 0)
-		wl_conn_progress(c);
-}
-
-/* Does in hold a message the connection has yet to deal with? A bad header
- * counts: draining it is what closes the connection. */
-static bool has_message(const struct wl_conn *c)
-{
-	struct wl_hdr hdr;
-	const char *why;
-	if (c->skip || wl_buf_avail(&c->in) < WL_HDR_LEN)
-		return false;
-	if (wl_decode_hdr(wl_buf_head(&c->in), wl_buf_avail(&c->in), &hdr, &why) < 0)
-		return true;
-	return wl_buf_avail(&c->in) >= hdr.len || hdr.len > c->w->node->cfg.max_request_bytes;
-}
-
-void wl_conn_progress(struct wl_conn *c)
-{
-	if (c->dead || c->kind != WL_CONN_IN)
-		return;
-	if (c->stalled && !wl_conn_full(c)) {
-		c->stalled = false;
-		if (set_interest(c) < 0)
-			return;
-		if (wl_buf_avail(&c->in) > 0)
-			wl_worker_backlog_add(c); /* requests read before the stall go first */
-	}
-	if (c->eof && !c->stalled && !c->backlogged && c->held == 0 && wl_outq_empty(&c->out) && !has_message(c)) {
-		/* everything received has been answered; what is left is part of a message */
-		if (wl_buf_avail(&c->in) > 0 || c->skip)
-			WL_COUNT(c->w, truncated, 1);
-		wl_conn_kill(c);
-	}
-}
-
-
-/* Replies are batched: every reply made while handling one read (or one
- * loop pass) goes out in one send(), so a batch of pipelined requests costs
- * one system call and one segment back, not one each. The batch is flushed
- * after each read, at the end of each loop pass, and before any COMPUTE
- * that takes time, so no reply ever waits for other work. */
-void wl_conn_queue_flush(struct wl_conn *c)
-{
-	struct wl_worker *w = c->w;
-	if (c->flush_queued)
-		return;
-	if (wl_conn_list_push(&w->flushq, &w->nflush, &w->flush_cap, c) < 0) {
-		wl_conn_flush(c); /* no room to defer: send now */
 		return;
 	}
-	c->flush_queued = true;
+	t->backlog[t->nbacklog++] = c;
+	c->backlogged = true;
 }
 
-int wl_conn_list_push(struct wl_conn ***list, size_t *n, size_t *cap, struct wl_conn *c)
+size_t wl_conn_backlog_take(struct wl_worker *w, struct wl_conn **batch, size_t max)
 {
-	if (wl_grow(list, cap, *n, sizeof(**list), 16) < 0)
-		return -1;
-	(*list)[(*n)++] = c;
-	return 0;
-}
-
-void wl_worker_flush(struct wl_worker *w)
-{
-	/* Killed connections stay allocated until the end of the pass (wl_conn_reap
-	 * runs after this), so every queued pointer is still valid here. */
-	for (size_t i = 0; i < w->nflush; i++) {
-		struct wl_conn *c = w->flushq[i];
-		c->flush_queued = false;
-		if (!c->dead)
-			wl_conn_flush(c);
-	}
-	w->nflush = 0;
+	struct wl_conns *t = &w->conns;
+	size_t n = t->nbacklog < max ? t->nbacklog : max;
+	memcpy(batch, t->backlog, n * sizeof(*batch));
+	memmove(t->backlog, t->backlog + n, (t->nbacklog - n) * sizeof(*batch));
+	t->nbacklog -= n;
+	return n;
 }

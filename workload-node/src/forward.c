@@ -2,92 +2,52 @@
  * per-worker cached outbound connection, then waits for nack replies. Each
  * send is a pending slot with a deadline; a reply, a timeout or a broken
  * connection settles it, with retries before a target counts as failed.
- * Settling is only done from the worker loop (reply parse or sweep), never
- * from inside wl_fwd_start, so a job is never freed under its own feet.
- * Outbound connections are bounded: at most --max-fwd-conns per worker (the
- * least recently used idle one makes room), closed after --fwd-idle without
- * a pending forward, and a target that does not read gets no more than
- * --max-backlog bytes queued before forwards to it fail. */
-#include "node.h"
+ * A settled FORWARD is handed back to the loop (from a reply or a sweep),
+ * which continues the job; never from inside wl_fwd_start, so a job is
+ * never freed under its own feet.
+ * Sends go over the worker's outbound connections (outbound.h); a target
+ * that does not read gets no more than --max-backlog bytes queued before
+ * forwards to it fail. */
+#include "forward.h"
+#include "flow.h"
+#include "outbound.h"
+#include "spans.h"
 #include "trace.h"
+#include "worker.h"
 
 #include <errno.h>
-#include <unistd.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define NO_PENDING UINT32_MAX
 
-/* c has no forward pending: make sure the idle sweep looks at it in time. */
-static void note_idle(struct wl_worker *w, const struct wl_conn *c)
+void wl_fwd_forget_closed(struct wl_worker *w)
 {
-	uint64_t at = c->last_used_ns + w->node->cfg.fwd_idle_ns;
-	if (at < w->idle_check_ns)
-		w->idle_check_ns = at;
-}
-
-/* Make room for one more outbound connection: close the least recently
- * used one that has no forward pending; false if every one is busy. */
-static bool evict_idle(struct wl_worker *w)
-{
-	struct wl_conn *lru = NULL;
-	for (size_t i = 0; i < w->nouts; i++)
-		if (w->outs[i]->npend == 0 && (!lru || w->outs[i]->last_used_ns < lru->last_used_ns))
-			lru = w->outs[i];
-	if (!lru)
-		return false;
-	WL_COUNT(w, fwd_closed, 1);
-	wl_conn_kill(lru); /* drops it from outs */
-	return true;
-}
-
-static struct wl_conn *outbound(struct wl_worker *w, const struct wl_target *t)
-{
-	struct wl_addr a;
-	wl_addr_from_raw(&a, t->proto, t->family, t->addr, t->port);
-	for (size_t i = 0; i < w->nouts; i++) {
-		struct wl_conn *c = w->outs[i];
-		if (c->peer.proto == a.proto && c->peer.salen == a.salen && !memcmp(&c->peer.sa, &a.sa, a.salen))
-			return c;
+	if (!w->conns.dead)
+		return; /* nothing was closed during this loop pass */
+	for (uint32_t s = 0; w->fwd.inuse && s < w->fwd.cap; s++) {
+		struct wl_pending *p = &w->fwd.pend[s];
+		if (p->in_use && p->conn && p->conn->dead) { /* settled as ERR by the next sweep */
+			p->failed = true;
+			p->deadline_ns = 0;
+			p->conn = NULL;
+		}
 	}
-	if (w->nouts >= w->node->cfg.max_fwd_conns && !evict_idle(w)) {
-		WL_COUNT(w, over_fwd_conns, 1);
-		return NULL;
-	}
-	if (wl_grow(&w->outs, &w->outs_cap, w->nouts, sizeof(*w->outs), 8) < 0) {
-		wl_err("worker %d: out of memory for outbound connections", w->index);
-		return NULL;
-	}
-	int fd = wl_connect(&a, true, w->node->cfg.nodelay);
-	if (fd < 0)
-		return NULL;
-	struct wl_conn *c = wl_conn_new(w, WL_CONN_OUT, fd, WL_EV_IN | WL_EV_OUT);
-	if (!c) {
-		close(fd);
-		return NULL;
-	}
-	c->peer = a;
-	c->connecting = a.proto == WL_PROTO_TCP;
-	c->want_out = true;
-	c->last_used_ns = wl_now_ns();
-	w->outs[w->nouts++] = c;
-	note_idle(w, c);
-	return c;
+	wl_out_forget_closed(w);
 }
 
 static uint32_t pend_alloc(struct wl_worker *w)
 {
-	for (uint32_t i = 0; i < w->pend_cap; i++)
-		if (!w->pend[i].in_use)
+	for (uint32_t i = 0; i < w->fwd.cap; i++)
+		if (!w->fwd.pend[i].in_use)
 			return i;
-	uint32_t slot = w->pend_cap; /* every slot is in use: the first new one */
-	size_t cap = w->pend_cap;
-	if (cap >= UINT32_MAX / 2 || wl_grow(&w->pend, &cap, slot, sizeof(*w->pend), 64) < 0) {
+	uint32_t slot = w->fwd.cap; /* every slot is in use: the first new one */
+	size_t cap = w->fwd.cap;
+	if (cap >= UINT32_MAX / 2 || wl_grow(&w->fwd.pend, &cap, slot, sizeof(*w->fwd.pend), 64) < 0) {
 		wl_err("worker %d: out of memory for %u pending forwards", w->index, slot + 1);
 		return NO_PENDING;
 	}
-	memset(w->pend + slot, 0, (cap - slot) * sizeof(*w->pend));
-	w->pend_cap = (uint32_t)cap;
+	memset(w->fwd.pend + slot, 0, (cap - slot) * sizeof(*w->fwd.pend));
+	w->fwd.cap = (uint32_t)cap;
 	return slot;
 }
 
@@ -127,7 +87,7 @@ static int queue_request(struct wl_worker *w, struct wl_conn *c, const struct wl
 		wl_conn_kill(c);
 		return -1;
 	}
-	wl_conn_flush(c);
+	wl_flow_send(c);
 	return 0;
 }
 
@@ -138,40 +98,33 @@ static void fail_now(struct wl_pending *p)
 	p->deadline_ns = 0;
 }
 
-static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
+/* A pending slot for this attempt, its deadline running; NO_PENDING when out of memory. */
+static uint32_t new_pending(struct wl_job *j, unsigned target, unsigned attempt)
 {
 	struct wl_worker *w = j->w;
-	struct wl_target t;
-	const char *why;
-	wl_fwd_target(&j->op, target, &t, &why); /* validated on receipt */
 	uint32_t slot = pend_alloc(w);
-	if (slot == NO_PENDING) {
-		j->pending[target] = NO_PENDING;
-		j->failed++; /* out of memory: the target counts as failed */
-		return;
-	}
-	struct wl_pending *p = &w->pend[slot];
-	*p = (struct wl_pending){.job = j, .gen = ++w->pend_gen, .target = (uint8_t)target,
+	if (slot == NO_PENDING)
+		return NO_PENDING;
+	struct wl_pending *p = &w->fwd.pend[slot];
+	*p = (struct wl_pending){.job = j, .gen = ++w->gen, .target = (uint8_t)target,
 				 .attempt = (uint8_t)attempt, .in_use = true};
 	p->deadline_ns = wl_now_ns() + (uint64_t)j->op.fwd.timeout_us * 1000;
 	if (w->trace) {
 		wl_trace_new_id(p->span_id, 8);
 		p->start_rt_ns = wl_realtime_ns();
 	}
-	w->pend_inuse++;
+	w->fwd.inuse++;
 	j->pending[target] = slot;
 	j->npending++;
 	WL_COUNT(w, forwards, 1);
-	struct wl_conn *c = outbound(w, &t);
-	if (!c) {
-		fail_now(p); /* e.g. connection refused at once */
-		return;
-	}
-	if (wl_outq_mem(&c->out) >= w->node->cfg.max_backlog_bytes) {
-		WL_COUNT(w, over_backlog, 1); /* the target does not read what it was sent */
-		fail_now(p);
-		return;
-	}
+	return slot;
+}
+
+/* The request of pending slot to target t on c: sent (UDP) or queued (TCP). */
+static void send_request(struct wl_job *j, uint32_t slot, struct wl_conn *c, const struct wl_target *t)
+{
+	struct wl_worker *w = j->w;
+	struct wl_pending *p = &w->fwd.pend[slot];
 	p->conn = c;
 	c->npend++;
 	c->last_used_ns = wl_now_ns();
@@ -181,11 +134,36 @@ static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
 	 * trace passes its own parent on, so a traced target still links up. */
 	const uint8_t *span = w->trace ? p->span_id : j->parent_span;
 	if (c->peer.proto == WL_PROTO_UDP) {
-		if (send_datagram(w, c, &t, id, j->trace_id, span) < 0)
+		if (send_datagram(w, c, t, id, j->trace_id, span) < 0)
 			fail_now(p);
 		return;
 	}
-	queue_request(w, c, &t, id, j->trace_id, span);
+	queue_request(w, c, t, id, j->trace_id, span);
+}
+
+static void send_attempt(struct wl_job *j, unsigned target, unsigned attempt)
+{
+	struct wl_worker *w = j->w;
+	struct wl_target t;
+	const char *why;
+	wl_fwd_target(&j->op, target, &t, &why); /* validated on receipt */
+	uint32_t slot = new_pending(j, target, attempt);
+	if (slot == NO_PENDING) {
+		j->pending[target] = NO_PENDING;
+		j->failed++; /* out of memory: the target counts as failed */
+		return;
+	}
+	struct wl_conn *c = wl_out_get(w, &t);
+	if (!c) {
+		fail_now(&w->fwd.pend[slot]); /* e.g. connection refused at once */
+		return;
+	}
+	if (wl_outq_mem(&c->out) >= w->node->cfg.max_backlog_bytes) {
+		WL_COUNT(w, over_backlog, 1); /* the target does not read what it was sent */
+		fail_now(&w->fwd.pend[slot]);
+		return;
+	}
+	send_request(j, slot, c, &t);
 }
 
 void wl_fwd_start(struct wl_job *j)
@@ -201,57 +179,56 @@ void wl_fwd_start(struct wl_job *j)
 
 static void release(struct wl_worker *w, uint32_t slot)
 {
-	struct wl_pending *p = &w->pend[slot];
+	struct wl_pending *p = &w->fwd.pend[slot];
 	if (p->conn) {
 		p->conn->last_used_ns = wl_now_ns();
 		if (--p->conn->npend == 0)
-			note_idle(w, p->conn);
+			wl_out_note_idle(w, p->conn);
 		p->conn = NULL;
 	}
 	p->job->pending[p->target] = NO_PENDING;
 	p->job->npending--;
 	p->in_use = false;
-	w->pend_inuse--;
+	w->fwd.inuse--;
 }
 
-/* Decide the job once a target settles: quorum reached, quorum impossible, or wait. */
-static void settle(struct wl_job *j)
+/* Decide the job once a target settles: quorum reached, quorum impossible
+ * (true, the outcome in j->op_status), or wait (false). */
+static bool settle(struct wl_job *j)
 {
 	struct wl_worker *w = j->w;
 	int n = j->op.fwd.ntargets, need = j->op.fwd.nack;
 	bool done = j->ok >= need, lost = j->failed > n - need;
 	if (!done && !lost)
-		return;
+		return false;
 	uint64_t now_rt = w->trace ? wl_realtime_ns() : 0;
 	for (int i = 0; i < n; i++) { /* late replies to these are dropped */
 		if (j->pending[i] == NO_PENDING)
 			continue;
 		if (w->trace)
-			wl_span_forward_send(&w->pend[j->pending[i]], WL_SPAN_ABANDONED, now_rt, 0);
+			wl_spans_forward_send(&w->fwd.pend[j->pending[i]], WL_SPAN_ABANDONED, now_rt, 0);
 		release(w, j->pending[i]);
 	}
-	uint8_t status = done ? WL_ST_OK : j->timeouts ? WL_ST_TIMEOUT : WL_ST_ERR;
+	j->op_status = done ? WL_ST_OK : j->timeouts ? WL_ST_TIMEOUT : WL_ST_ERR;
 	if (w->trace)
-		wl_span_forward(j, status, now_rt);
-	if (done)
-		wl_job_resume(j);
-	else
-		wl_job_finish(j, status);
+		wl_spans_forward(j, j->op_status, now_rt);
+	return true;
 }
 
-/* reply_rt_ns: when the reply that settles it arrived (tracing), 0 for a timeout or error. */
-static void target_result(struct wl_worker *w, uint32_t slot, uint8_t status, uint64_t reply_rt_ns)
+/* One target's send ended: the job if that settled its FORWARD, else NULL.
+ * reply_rt_ns: when the reply that settles it arrived (tracing), 0 for a timeout or error. */
+static struct wl_job *target_result(struct wl_worker *w, uint32_t slot, uint8_t status, uint64_t reply_rt_ns)
 {
-	struct wl_pending *p = &w->pend[slot];
+	struct wl_pending *p = &w->fwd.pend[slot];
 	struct wl_job *j = p->job;
 	unsigned target = p->target, attempt = p->attempt;
 	if (w->trace)
-		wl_span_forward_send(p, status, wl_realtime_ns(), reply_rt_ns);
+		wl_spans_forward_send(p, status, wl_realtime_ns(), reply_rt_ns);
 	release(w, slot);
 	if (status != WL_ST_OK && attempt < j->op.fwd.retries) {
 		WL_COUNT(w, fwd_retries, 1);
 		send_attempt(j, target, attempt + 1);
-		return;
+		return NULL;
 	}
 	if (status == WL_ST_OK) {
 		j->ok++;
@@ -261,85 +238,47 @@ static void target_result(struct wl_worker *w, uint32_t slot, uint8_t status, ui
 			j->timeouts++;
 		WL_COUNT(w, fwd_errors, status == WL_ST_TIMEOUT ? 0 : 1);
 	}
-	settle(j);
+	return settle(j) ? j : NULL;
 }
 
-void wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns)
+struct wl_job *wl_fwd_on_reply(struct wl_worker *w, const uint8_t *msg, size_t len, uint64_t rx_rt_ns)
 {
 	struct wl_hdr hdr;
 	const char *why;
 	if (wl_decode_hdr(msg, len, &hdr, &why) < 0)
-		return;
+		return NULL;
 	uint32_t slot = (uint32_t)hdr.id, gen = (uint32_t)(hdr.id >> 32);
-	if (slot >= w->pend_cap || !w->pend[slot].in_use || w->pend[slot].gen != gen)
-		return; /* late: the quorum was settled without it */
-	target_result(w, slot, wl_reply_status(msg), rx_rt_ns);
+	if (slot >= w->fwd.cap || !w->fwd.pend[slot].in_use || w->fwd.pend[slot].gen != gen)
+		return NULL; /* late: the quorum was settled without it */
+	return target_result(w, slot, wl_reply_status(msg), rx_rt_ns);
 }
 
-void wl_fwd_conn_failed(struct wl_conn *c)
+struct wl_job *wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns)
 {
-	struct wl_worker *w = c->w;
-	for (size_t i = 0; i < w->nouts; i++) {
-		if (w->outs[i] == c) {
-			w->outs[i] = w->outs[--w->nouts];
-			break;
-		}
-	}
-	for (uint32_t s = 0; s < w->pend_cap; s++) {
-		if (w->pend[s].in_use && w->pend[s].conn == c) {
-			w->pend[s].failed = true;
-			w->pend[s].deadline_ns = 0;
-			w->pend[s].conn = NULL;
-		}
-	}
-}
-
-void wl_fwd_outbound_ready(struct wl_conn *c) { (void)c; /* wl_conn_flush follows in on_stream */ }
-
-void wl_fwd_sweep(struct wl_worker *w, uint64_t now_ns)
-{
-	for (uint32_t s = 0; s < w->pend_cap; s++) {
-		struct wl_pending *p = &w->pend[s];
+	struct wl_job *settled = NULL, **tail = &settled;
+	wl_fwd_forget_closed(w); /* their forwards fail in this sweep */
+	for (uint32_t s = 0; s < w->fwd.cap; s++) {
+		struct wl_pending *p = &w->fwd.pend[s];
 		if (!p->in_use || p->deadline_ns > now_ns)
 			continue;
 		if (!p->failed)
 			WL_COUNT(w, fwd_timeouts, 1);
-		target_result(w, s, p->failed ? WL_ST_ERR : WL_ST_TIMEOUT, 0);
-	}
-}
-
-/* When the first outbound connection without pending forwards turns idle. */
-static uint64_t next_idle(struct wl_worker *w)
-{
-	uint64_t first = UINT64_MAX;
-	for (size_t i = 0; i < w->nouts; i++)
-		if (w->outs[i]->npend == 0 && w->outs[i]->last_used_ns + w->node->cfg.fwd_idle_ns < first)
-			first = w->outs[i]->last_used_ns + w->node->cfg.fwd_idle_ns;
-	return first;
-}
-
-void wl_fwd_close_idle(struct wl_worker *w, uint64_t now_ns)
-{
-	if (now_ns < w->idle_check_ns)
-		return;
-	for (size_t i = 0; i < w->nouts;) {
-		struct wl_conn *c = w->outs[i];
-		if (c->npend == 0 && c->last_used_ns + w->node->cfg.fwd_idle_ns <= now_ns) {
-			WL_COUNT(w, fwd_closed, 1);
-			wl_conn_kill(c); /* moves the last one into slot i */
-			continue;
+		struct wl_job *j = target_result(w, s, p->failed ? WL_ST_ERR : WL_ST_TIMEOUT, 0);
+		if (j) { /* in settling order */
+			j->next = NULL;
+			*tail = j;
+			tail = &j->next;
 		}
-		i++;
 	}
-	w->idle_check_ns = next_idle(w);
+	return settled;
 }
 
 int wl_fwd_timeout_ms(struct wl_worker *w, uint64_t now_ns)
 {
-	uint64_t first = w->nouts ? next_idle(w) : UINT64_MAX;
-	for (uint32_t s = 0; w->pend_inuse && s < w->pend_cap; s++)
-		if (w->pend[s].in_use && w->pend[s].deadline_ns < first)
-			first = w->pend[s].deadline_ns;
+	uint64_t first = w->outs.n ? wl_out_next_idle(w) : UINT64_MAX;
+	for (uint32_t s = 0; w->fwd.inuse && s < w->fwd.cap; s++)
+		if (w->fwd.pend[s].in_use && w->fwd.pend[s].deadline_ns < first)
+			first = w->fwd.pend[s].deadline_ns;
 	if (first == UINT64_MAX)
 		return -1;
 	if (first <= now_ns)

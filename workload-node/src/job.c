@@ -3,8 +3,14 @@
  * charged to its connection's backlog, run op by op (COMPUTE here, LOAD and
  * STORE on the storage thread, FORWARD parked until its quorum), and ends in
  * a reply. */
-#include "node.h"
+#include "job.h"
+#include "compute.h"
+#include "flow.h"
+#include "forward.h"
+#include "spans.h"
+#include "storage.h"
 #include "trace.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -16,13 +22,6 @@
 static size_t job_charge(const struct wl_job *j, size_t used)
 {
 	return sizeof(*j) + used + WL_REPLY_MIN + (j->reply_len < WL_INLINE_PAD ? j->reply_len : WL_INLINE_PAD);
-}
-
-static struct wl_conn *job_origin(const struct wl_job *j)
-{
-	struct wl_worker *w = j->w;
-	struct wl_conn *c = j->conn_slot < w->nconns ? w->conns[j->conn_slot] : NULL;
-	return c && c->gen == j->conn_gen && !c->dead ? c : NULL;
 }
 
 /* A datagram carries at most 64 KiB: a larger reply size is an error reply. */
@@ -46,33 +45,34 @@ static void udp_reply(struct wl_job *j, uint8_t status)
 void wl_job_finish(struct wl_job *j, uint8_t status)
 {
 	struct wl_worker *w = j->w;
-	struct wl_conn *c = job_origin(j);
+	struct wl_conn *c = wl_conn_at(w, j->conn_slot, j->conn_gen);
 	if (w->trace) {
 		bool udp_err = j->udp_fd >= 0 && j->reply_len > UDP_REPLY_MAX;
 		uint32_t sent = udp_err ? WL_REPLY_MIN : j->udp_fd >= 0 || c ? j->reply_len : 0;
-		wl_span_serve(j, udp_err ? WL_ST_ERR : status, sent, wl_realtime_ns());
+		wl_spans_serve(j, udp_err ? WL_ST_ERR : status, sent, wl_realtime_ns());
 	}
 	if (c)
 		c->held -= j->held;
 	if (j->udp_fd >= 0) {
 		udp_reply(j, status);
 	} else if (c) {
-		wl_conn_put_reply(c, j->id, j->trace_id, status, j->reply_len);
+		wl_flow_put_reply(c, j->id, j->trace_id, status, j->reply_len);
 		if (wl_enc_ok(&c->out.data) < 0) { /* a half-written reply would corrupt the stream */
 			wl_err("worker %d: out of memory for a %u-byte reply", w->index, j->reply_len);
 			wl_conn_kill(c);
 		} else {
 			WL_COUNT(w, replies, 1);
-			wl_conn_queue_flush(c);
+			wl_flow_queue(c);
 		}
 	}
 	free(j->msg);
 	free(j);
 	if (c)
-		wl_conn_progress(c);
+		wl_flow_progress(c);
 }
 
-void wl_job_resume(struct wl_job *j)
+/* Run the chain from where it stands until it ends or waits for an op that runs elsewhere. */
+static void resume(struct wl_job *j)
 {
 	const char *why;
 	for (;;) {
@@ -88,9 +88,11 @@ void wl_job_resume(struct wl_job *j)
 		}
 		switch (j->op.kind) {
 		case WL_OP_COMPUTE:
-			wl_compute(j->w, &j->op);
+			if (j->op.compute.ns) /* replies already made must not wait for this work */
+				wl_flow_send_queued(j->w);
+			wl_compute(&j->op, &j->w->node->stop);
 			if (j->w->trace)
-				wl_span_op(j, WL_ST_OK, wl_realtime_ns());
+				wl_spans_op(j, WL_ST_OK, wl_realtime_ns());
 			break;
 		case WL_OP_SKIP: {
 			unsigned count = j->op.skip.draw < j->op.skip.threshold ? j->op.skip.count : 0;
@@ -132,7 +134,7 @@ static struct wl_job *job_new(struct wl_worker *w, const uint8_t *msg, size_t us
 	memcpy(j->trace_id, hdr->trace_id, 16);
 	memcpy(j->parent_span, hdr->parent_span, 8);
 	if (w->trace)
-		wl_span_job_init(j, hdr, rx_at);
+		wl_spans_job_init(j, hdr, rx_at);
 	wl_request_chain(copy, used, &j->reply_len, &j->cur);
 	j->held = job_charge(j, used);
 	return j;
@@ -164,7 +166,7 @@ void wl_job_start(struct wl_job *j, struct wl_conn *origin, enum wl_cap cap)
 		j->peerlen = origin->peer.salen;
 	}
 	if (cap == WL_CAP_NONE) {
-		wl_job_resume(j);
+		resume(j);
 		return;
 	}
 	if (cap == WL_CAP_REPLY)
@@ -175,4 +177,12 @@ void wl_job_start(struct wl_job *j, struct wl_conn *origin, enum wl_cap cap)
 		WL_COUNT(j->w, over_compute, 1);
 	j->reply_len = WL_REPLY_MIN;
 	wl_job_finish(j, WL_ST_ERR);
+}
+
+void wl_job_op_done(struct wl_job *j)
+{
+	if (j->op_status == WL_ST_OK)
+		resume(j);
+	else
+		wl_job_finish(j, (uint8_t)j->op_status);
 }

@@ -2,7 +2,9 @@
  * (the caps' rows come from caps.c). Today's DistWalk options are read with
  * DistWalk's meaning, our own forms too (README "wl-node"). */
 #include "node_args.h"
+#include "caps.h"
 #include "units.h"
+#include "wire.h"
 
 #include <arpa/inet.h>
 #include <stdlib.h>
@@ -13,7 +15,9 @@ struct node_args {
 	bool check;
 };
 
-#define CFG(ps) (((struct node_args *)(ps)->ctx)->cfg)
+#define CFG(ps) ((struct wl_node_cfg *)(ps)->settings)
+#define DEST(type, field) WL_DEST(WL_FIELD_##type, struct wl_node_cfg, field)
+#define NO_DEST WL_NO_DEST
 
 static int parse_mode(const char *arg, const char *const *names, int n, const char *what)
 {
@@ -23,19 +27,13 @@ static int parse_mode(const char *arg, const char *const *names, int n, const ch
 	return wl_err("%s: '%s' is not one of %s, %s, %s", what, arg, names[0], names[1], names[2]);
 }
 
-enum mode_key { M_ACCEPT, M_POLL, M_NODELAY };
+enum mode_key { M_ACCEPT, M_POLL };
 
 static int opt_mode(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
 {
 	static const char *const names[][3] = {[M_ACCEPT] = {"child", "shared", "parent"},
 					       [M_POLL] = {"epoll", "poll", "select"}};
 	struct wl_node_cfg *cfg = CFG(ps);
-	if (o->key == M_NODELAY) {
-		if (strcmp(arg, "0") && strcmp(arg, "1"))
-			return wl_err("%s: expected 0 or 1, not '%s'", ps->opt, arg);
-		cfg->nodelay = arg[0] == '1';
-		return 0;
-	}
 	int mode = parse_mode(arg, names[o->key], 3, ps->opt);
 	if (mode >= 0 && o->key == M_ACCEPT)
 		cfg->accept_mode = (enum wl_accept_mode)mode;
@@ -43,8 +41,6 @@ static int opt_mode(struct wl_parser *ps, const struct wl_opt *o, const char *ar
 		cfg->poll_mode = (enum wl_poll_mode)mode;
 	return mode < 0 ? -1 : 0;
 }
-
-enum num_key { N_THREADS, N_BACKLOG, N_MAXSTORE, N_SYNC, N_BUSY_FOR, N_LOOPS };
 
 /* --sync: DistWalk's bare number is milliseconds. */
 static int sync_period(const char *arg, struct wl_node_cfg *cfg, const char *what)
@@ -61,79 +57,72 @@ static int sync_period(const char *arg, struct wl_node_cfg *cfg, const char *wha
 	return 0;
 }
 
+static int opt_sync(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	return sync_period(arg, CFG(ps), ps->opt);
+}
+
+enum num_key { N_THREADS, N_BACKLOG, N_MAXSTORE, N_BUSY_FOR, N_LOOPS };
+
 static int opt_number(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
 {
 	static const struct {
 		enum wl_unit unit;
-		double lo, hi;
+		double lo, hi, scale; /* scale: into the field's unit (us to ns) */
 		const char *range;
-	} kinds[] = {[N_THREADS] = {WL_UNIT_COUNT, 1, 1024, "1..1024"},
-		     [N_BACKLOG] = {WL_UNIT_COUNT, 1, 1 << 20, "1..1048576"},
-		     [N_MAXSTORE] = {WL_UNIT_BYTES, 4096, 1e18, "4k or more"},
-		     [N_BUSY_FOR] = {WL_UNIT_TIME, 0, 1e6, "0..1s"},
-		     [N_LOOPS] = {WL_UNIT_RATIO, -1, 1e9, "-1 (off), 0 (calibrated) or iterations per us"}};
-	struct wl_node_cfg *cfg = CFG(ps);
+	} kinds[] = {[N_THREADS] = {WL_UNIT_COUNT, 1, 1024, 1, "1..1024"},
+		     [N_BACKLOG] = {WL_UNIT_COUNT, 1, 1 << 20, 1, "1..1048576"},
+		     [N_MAXSTORE] = {WL_UNIT_BYTES, 4096, 1e18, 1, "4k or more"},
+		     [N_BUSY_FOR] = {WL_UNIT_TIME, 0, 1e6, 1000, "0..1s"},
+		     [N_LOOPS] = {WL_UNIT_RATIO, -1, 1e9, 1, "-1 (off), 0 (calibrated) or iterations per us"}};
 	double v;
-	if (o->key == N_SYNC)
-		return sync_period(arg, cfg, ps->opt);
 	if (wl_parse_number(arg, kinds[o->key].unit, &v, ps->opt) < 0)
 		return -1;
 	if (v < kinds[o->key].lo || v > kinds[o->key].hi)
 		return wl_err("%s: '%s' is not within %s", ps->opt, arg, kinds[o->key].range);
-	switch ((enum num_key)o->key) {
-	case N_THREADS: cfg->nthreads = (int)v; break;
-	case N_BACKLOG: cfg->backlog = (int)v; break;
-	case N_MAXSTORE: cfg->storage_max_bytes = (uint64_t)v; break;
-	case N_BUSY_FOR: cfg->poll_window_ns = (uint64_t)(v * 1000); break;
-	case N_LOOPS: cfg->loops_per_us = v; break;
-	case N_SYNC: break;
-	}
+	wl_opt_store(ps, o, v * kinds[o->key].scale, NULL);
 	return 0;
 }
 
-enum flag_key { F_ODIRECT, F_BUSY, F_IDLE, F_STORAGE_SPIN, F_NOOP, F_CHECK };
-
-static int opt_flag(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+static int opt_check(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
 {
-	struct wl_node_cfg *cfg = CFG(ps);
-	switch ((enum flag_key)o->key) {
-	case F_ODIRECT: cfg->odirect = true; break;
-	case F_BUSY: cfg->busy_poll = true; break;
-	case F_IDLE: cfg->idle_poll = true; break;
-	case F_STORAGE_SPIN: cfg->storage_spin = true; break;
-	case F_CHECK: ((struct node_args *)ps->ctx)->check = true; break;
-	case F_NOOP: break; /* --no-defrag: a connection keeps only its partial message, nothing to defragment */
-	}
+	((struct node_args *)ps->ctx)->check = true;
 	return 0;
 }
 
-enum text_key { S_BIND, S_CPUS, S_SCHED, S_TRACE, S_NAMES };
-
-static int opt_text(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+static int opt_bind(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
 {
 	struct wl_node_cfg *cfg = CFG(ps);
-	switch ((enum text_key)o->key) {
-	case S_BIND:
-		if (cfg->nbinds == WL_MAX_BINDS)
-			return wl_err("%s: at most %d addresses", ps->opt, WL_MAX_BINDS);
-		/* the address is parsed once --check is known: in wl_node_args */
-		snprintf(cfg->binds[cfg->nbinds++].text, sizeof(cfg->binds[0].text), "%s", arg);
-		return strlen(arg) < sizeof(cfg->binds[0].text) ? 0 : wl_err("%s: '%s' is too long", ps->opt, arg);
-	case S_CPUS:
-		cfg->cpus_auto = !strcmp(arg, "auto");
-		return cfg->cpus_auto || (cfg->ncpus = wl_parse_cpulist(arg, cfg->cpus, WL_MAX_CPUS)) >= 0 ? 0 : -1;
-	case S_SCHED: return wl_sched_parse(arg, &cfg->sched);
-	case S_TRACE: cfg->trace_path = arg; return 0;
-	case S_NAMES: return wl_addr_known_names(arg);
-	}
-	return 0;
+	if (cfg->nbinds == WL_MAX_BINDS)
+		return wl_err("%s: at most %d addresses", ps->opt, WL_MAX_BINDS);
+	/* the address is parsed once --check is known: in wl_node_args */
+	snprintf(cfg->binds[cfg->nbinds++].text, sizeof(cfg->binds[0].text), "%s", arg);
+	return strlen(arg) < sizeof(cfg->binds[0].text) ? 0 : wl_err("%s: '%s' is too long", ps->opt, arg);
+}
+
+static int opt_cpus(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	struct wl_node_cfg *cfg = CFG(ps);
+	cfg->cpus_auto = !strcmp(arg, "auto");
+	return cfg->cpus_auto || (cfg->ncpus = wl_parse_cpulist(arg, cfg->cpus, WL_MAX_CPUS)) >= 0 ? 0 : -1;
+}
+
+static int opt_sched(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	return wl_sched_parse(arg, &CFG(ps)->sched);
+}
+
+static int opt_names(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
+{
+	return wl_addr_known_names(arg);
 }
 
 /* -s PATH, or DistWalk's [file=PATH][,size=B][,sync=MS][,odirect][,wait-spin][,count=1]. */
 static int storage_part(struct wl_parser *ps, const char *tok)
 {
 	struct wl_node_cfg *cfg = CFG(ps);
-	static const struct wl_opt size_row = {0, "size", WL_ARG_REQUIRED, "B", opt_number, N_MAXSTORE, NULL};
+	static const struct wl_opt size_row = {0, "size", WL_ARG_REQUIRED, "B", opt_number, N_MAXSTORE, NULL,
+					       DEST(U64, storage_max_bytes)};
 	if (!strncmp(tok, "file=", 5))
 		return (cfg->storage_path = wl_keep(tok + 5, strlen(tok + 5))) ? 0 : -1;
 	if (!strncmp(tok, "size=", 5))
@@ -165,11 +154,6 @@ static int opt_storage(struct wl_parser *ps, const struct wl_opt *o, const char 
 	return 0;
 }
 
-static int opt_cap(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
-{
-	return wl_caps_parse(o->key, arg, CFG(ps));
-}
-
 static int opt_help(struct wl_parser *ps, const struct wl_opt *o, const char *arg)
 {
 	wl_parser_help(ps, stdout);
@@ -188,51 +172,52 @@ static int opt_unsupported(struct wl_parser *ps, const struct wl_opt *o, const c
 #define REQ WL_ARG_REQUIRED
 
 static const struct wl_opt options[] = {
-	{'b', "bind-addr", REQ, "ADDR", opt_text, S_BIND,
-	 "[tcp://|udp://]host:port, repeatable; port 0: any (tcp://0.0.0.0:7891)"},
-	{0, "num-threads|nt", REQ, "N", opt_number, N_THREADS, "worker threads (1)"},
-	{'c', "cpus|thread-affinity", REQ, "LIST|auto", opt_text, S_CPUS,
-	 "pin worker i to the i-th cpu of LIST (2-18, 0-8:2); auto: the cpus it may use"},
-	{0, "sched|sched-policy", REQ, "POLICY", opt_text, S_SCHED,
-	 "other[:NICE] | rr:PRIO | fifo:PRIO | dl:RUNTIME,DEADLINE | deadline:R,D,P"},
-	{'a', "am|accept-mode", REQ, "MODE", opt_mode, M_ACCEPT, "accept mode: child (default) | shared | parent"},
-	{'p', "pm|poll-mode", REQ, "MODE", opt_mode, M_POLL, "poll mode: epoll (default) | poll | select"},
-	{0, "backlog|backlog-length|bl", REQ, "N", opt_number, N_BACKLOG, "listen backlog (1024)"},
-	{0, "no-delay|nd", REQ, "0|1", opt_mode, M_NODELAY, "TCP_NODELAY on accepted and forward sockets (1)"},
+	{'b', "bind-addr", REQ, "ADDR", opt_bind, 0,
+	 "[tcp://|udp://]host:port, repeatable; port 0: any (tcp://0.0.0.0:7891)", NO_DEST},
+	{0, "num-threads|nt", REQ, "N", opt_number, N_THREADS, "worker threads (1)", DEST(INT, nthreads)},
+	{'c', "cpus|thread-affinity", REQ, "LIST|auto", opt_cpus, 0,
+	 "pin worker i to the i-th cpu of LIST (2-18, 0-8:2); auto: the cpus it may use", NO_DEST},
+	{0, "sched|sched-policy", REQ, "POLICY", opt_sched, 0,
+	 "other[:NICE] | rr:PRIO | fifo:PRIO | dl:RUNTIME,DEADLINE | deadline:R,D,P", NO_DEST},
+	{'a', "am|accept-mode", REQ, "MODE", opt_mode, M_ACCEPT, "accept mode: child (default) | shared | parent",
+	 NO_DEST},
+	{'p', "pm|poll-mode", REQ, "MODE", opt_mode, M_POLL, "poll mode: epoll (default) | poll | select", NO_DEST},
+	{0, "backlog|backlog-length|bl", REQ, "N", opt_number, N_BACKLOG, "listen backlog (1024)", DEST(INT, backlog)},
+	{0, "no-delay|nd", REQ, "0|1", wl_opt_01, 0, "TCP_NODELAY on accepted and forward sockets (1)",
+	 DEST(BOOL, nodelay)},
 	{'s', "storage", REQ, "PATH", opt_storage, 0,
 	 "storage file, never a symlink (a private file removed at exit);\n"
-	 "or [file=PATH][,size=B][,sync=MS][,odirect][,wait-spin]"},
-	{'m', "max-storage-size", REQ, "B", opt_number, N_MAXSTORE, "offsets wrap at this size (1g)"},
-	{0, "odirect", NONE, NULL, opt_flag, F_ODIRECT, "open the storage file with O_DIRECT"},
-	{0, "sync", REQ, "PERIOD", opt_number, N_SYNC,
+	 "or [file=PATH][,size=B][,sync=MS][,odirect][,wait-spin]",
+	 NO_DEST},
+	{'m', "max-storage-size", REQ, "B", opt_number, N_MAXSTORE, "offsets wrap at this size (1g)",
+	 DEST(U64, storage_max_bytes)},
+	{0, "odirect", NONE, NULL, wl_opt_true, 0, "open the storage file with O_DIRECT", DEST(BOOL, odirect)},
+	{0, "sync", REQ, "PERIOD", opt_sync, 0,
 	 "periodic fsync (bare = ms) for psync stores (100ms);\n"
-	 "given, sync stores wait for it too, as in DistWalk"},
-	{0, "trace", REQ, "FILE", opt_text, S_TRACE, "write OpenTelemetry JSON spans of every request"},
-	{0, "busy-poll|wait-spin|ws", NONE, NULL, opt_flag, F_BUSY, "workers poll without sleeping (a core each)"},
-	{0, "busy-poll-for", REQ, "TIME", opt_number, N_BUSY_FOR, "poll up to TIME after the last event (0)"},
-	{0, "wait-spin-storage|wss", NONE, NULL, opt_flag, F_STORAGE_SPIN, "the storage thread polls instead of sleeping"},
-	{0, "idle-poll", NONE, NULL, opt_flag, F_IDLE, "keep every CPU out of its idle state (spinners)"},
+	 "given, sync stores wait for it too, as in DistWalk",
+	 NO_DEST},
+	{0, "trace", REQ, "FILE", wl_opt_text, 0, "write OpenTelemetry JSON spans of every request",
+	 DEST(TEXT, trace_path)},
+	{0, "busy-poll|wait-spin|ws", NONE, NULL, wl_opt_true, 0, "workers poll without sleeping (a core each)",
+	 DEST(BOOL, busy_poll)},
+	{0, "busy-poll-for", REQ, "TIME", opt_number, N_BUSY_FOR, "poll up to TIME after the last event (0)",
+	 DEST(U64, poll_window_ns)},
+	{0, "wait-spin-storage|wss", NONE, NULL, wl_opt_true, 0, "the storage thread polls instead of sleeping",
+	 DEST(BOOL, storage_spin)},
+	{0, "idle-poll", NONE, NULL, wl_opt_true, 0, "keep every CPU out of its idle state (spinners)",
+	 DEST(BOOL, idle_poll)},
 	{0, "loops-per-usec", REQ, "N", opt_number, N_LOOPS,
-	 "every COMPUTE a loop of N iterations per us; 0: calibrated (-1: off)"},
-	{0, "no-defrag", NONE, NULL, opt_flag, F_NOOP, "accepted; nothing to defragment"},
-	{0, "check", NONE, NULL, opt_flag, F_CHECK, "parse only: print the listen addresses as JSON"},
-	{0, "names", REQ, "N1,N2,..", opt_text, S_NAMES, "accepted with --check (no chain here)"},
-	{'h', "help", NONE, NULL, opt_help, 0, "this help"},
-	{0, "usage", NONE, NULL, wl_opt_usage, 0, "a short usage message"},
-	{0, "ssl-cert|ssl-key|ssl-ca|ssl-ciphers|ssl-ca-path", REQ, "X", opt_unsupported, 0, NULL},
-	{0, "ssl-verify", NONE, NULL, opt_unsupported, 0, NULL},
+	 "every COMPUTE a loop of N iterations per us; 0: calibrated (-1: off)", DEST(DOUBLE, loops_per_us)},
+	/* --no-defrag: a connection keeps only its partial message, nothing to defragment */
+	{0, "no-defrag", NONE, NULL, wl_opt_ignore, 0, "accepted; nothing to defragment", NO_DEST},
+	{0, "check", NONE, NULL, opt_check, 0, "parse only: print the listen addresses as JSON", NO_DEST},
+	{0, "names", REQ, "N1,N2,..", opt_names, 0, "accepted with --check (no chain here)", NO_DEST},
+	{'h', "help", NONE, NULL, opt_help, 0, "this help", NO_DEST},
+	{0, "usage", NONE, NULL, wl_opt_usage, 0, "a short usage message", NO_DEST},
+	{0, "ssl-cert|ssl-key|ssl-ca|ssl-ciphers|ssl-ca-path", REQ, "X", opt_unsupported, 0, NULL, NO_DEST},
+	{0, "ssl-verify", NONE, NULL, opt_unsupported, 0, NULL, NO_DEST},
 	WL_OPT_END,
 };
-
-/* The caps' rows, from caps.c's own table. */
-static void cap_rows(struct wl_opt *rows, size_t max)
-{
-	struct option opts[32];
-	size_t n = wl_caps_options(opts, 0, max - 1 < 32 ? max - 1 : 32);
-	for (size_t i = 0; i < n; i++)
-		rows[i] = (struct wl_opt){0, opts[i].name, WL_ARG_REQUIRED, "VALUE", opt_cap, opts[i].val, NULL};
-	rows[n] = (struct wl_opt)WL_OPT_END;
-}
 
 /* The bind addresses, once --check is known; the default is every address. */
 static int finish(struct wl_node_cfg *cfg, bool check)
@@ -273,11 +258,11 @@ static void check_json(FILE *out, const struct wl_node_cfg *cfg)
 
 enum wl_args_result wl_node_args(struct wl_node_cfg *cfg, int argc, char **argv)
 {
-	static struct wl_opt caps[17];
+	static struct wl_opt caps[17]; /* caps.c's rows */
 	static const struct wl_opt *const tables[] = {options, caps, NULL};
-	cap_rows(caps, sizeof(caps) / sizeof(caps[0]));
+	wl_caps_rows(caps, sizeof(caps) / sizeof(caps[0]));
 	struct node_args a = {.cfg = cfg};
-	struct wl_parser ps = {.prog = "wl-node", .synopsis = "[options]", .tables = tables, .ctx = &a};
+	struct wl_parser ps = {.prog = "wl-node", .synopsis = "[options]", .tables = tables, .settings = cfg, .ctx = &a};
 	wl_set_plain_errors(true);
 	int rc = wl_parse(&ps, argc, argv);
 	if (rc == 0 && !ps.stop)

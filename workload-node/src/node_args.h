@@ -1,4 +1,5 @@
-/* node_args: wl-node's command line, read from its option table. */
+/* node_args: wl-node's command line, read from its option table (opts.h)
+ * and the caps' rows. node.c calls it; it calls caps.c and sched_policy.c. */
 #pragma once
 #include "node.h"
 #include "opts.h"

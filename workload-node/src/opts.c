@@ -292,3 +292,39 @@ int wl_opt_usage(struct wl_parser *ps, const struct wl_opt *opt, const char *arg
 	ps->stop = true;
 	return 0;
 }
+
+void wl_opt_store(const struct wl_parser *ps, const struct wl_opt *opt, double value, const char *text)
+{
+	void *field = (char *)ps->settings + opt->dest.offset;
+	switch (opt->dest.type) {
+	case WL_FIELD_NONE: break;
+	case WL_FIELD_BOOL: *(bool *)field = value != 0; break;
+	case WL_FIELD_INT: *(int *)field = (int)value; break;
+	case WL_FIELD_U32: *(uint32_t *)field = (uint32_t)value; break;
+	case WL_FIELD_U64: *(uint64_t *)field = (uint64_t)value; break;
+	case WL_FIELD_DOUBLE: *(double *)field = value; break;
+	case WL_FIELD_TEXT: *(const char **)field = text; break;
+	}
+}
+
+int wl_opt_true(struct wl_parser *ps, const struct wl_opt *opt, const char *arg)
+{
+	wl_opt_store(ps, opt, 1, NULL);
+	return 0;
+}
+
+int wl_opt_text(struct wl_parser *ps, const struct wl_opt *opt, const char *arg)
+{
+	wl_opt_store(ps, opt, 0, arg);
+	return 0;
+}
+
+int wl_opt_01(struct wl_parser *ps, const struct wl_opt *opt, const char *arg)
+{
+	if (strcmp(arg, "0") && strcmp(arg, "1"))
+		return wl_err("%s: expected 0 or 1, not '%s'", ps->opt, arg);
+	wl_opt_store(ps, opt, arg[0] == '1', NULL);
+	return 0;
+}
+
+int wl_opt_ignore(struct wl_parser *ps, const struct wl_opt *opt, const char *arg) { return 0; }

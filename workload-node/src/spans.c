@@ -6,8 +6,9 @@
  * attempt, which the target's own "serve" names as its parent. Each span
  * gives its op's parameters as the request asked them. Called only when
  * the worker traces. */
-#include "node.h"
+#include "spans.h"
 #include "trace.h"
+#include "worker.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -63,7 +64,7 @@ static bool peer_text(const struct wl_job *j, char out[ADDR_TEXT])
 	return false;
 }
 
-void wl_span_job_init(struct wl_job *j, const struct wl_hdr *hdr, const struct wl_rx_stamp *rx_at)
+void wl_spans_job_init(struct wl_job *j, const struct wl_hdr *hdr, const struct wl_rx_stamp *rx_at)
 {
 	/* A request without trace context (a client that does not trace)
 	 * starts a trace here; its reply carries the new trace id. */
@@ -79,7 +80,7 @@ void wl_span_job_init(struct wl_job *j, const struct wl_hdr *hdr, const struct w
 	j->req_bytes = hdr->len;
 }
 
-void wl_span_serve(const struct wl_job *j, int status, uint32_t reply_bytes, uint64_t end_rt_ns)
+void wl_spans_serve(const struct wl_job *j, int status, uint32_t reply_bytes, uint64_t end_rt_ns)
 {
 	struct wl_span s;
 	char peer[ADDR_TEXT];
@@ -97,16 +98,16 @@ void wl_span_serve(const struct wl_job *j, int status, uint32_t reply_bytes, uin
 	wl_trace_emit(j->w->trace, &s, status);
 }
 
-void wl_span_refused(struct wl_conn *c, const struct wl_hdr *hdr)
+void wl_spans_refused(struct wl_conn *c, const struct wl_hdr *hdr)
 {
 	struct wl_job j = {.w = c->w, .udp_fd = -1, .peer = c->peer.sa, .peerlen = c->peer.salen};
 	memcpy(j.trace_id, hdr->trace_id, 16);
 	memcpy(j.parent_span, hdr->parent_span, 8);
-	wl_span_job_init(&j, hdr, &c->rx_at);
-	wl_span_serve(&j, WL_ST_ERR, WL_REPLY_MIN, wl_realtime_ns());
+	wl_spans_job_init(&j, hdr, &c->rx_at);
+	wl_spans_serve(&j, WL_ST_ERR, WL_REPLY_MIN, wl_realtime_ns());
 }
 
-void wl_span_op(const struct wl_job *j, int status, uint64_t end_rt_ns)
+void wl_spans_op(const struct wl_job *j, int status, uint64_t end_rt_ns)
 {
 	static const char *const sync[] = {"nosync", "sync", "psync"};
 	const struct wl_op *op = &j->op;
@@ -130,7 +131,7 @@ void wl_span_op(const struct wl_job *j, int status, uint64_t end_rt_ns)
 	wl_trace_emit(j->w->trace, &s, status);
 }
 
-void wl_span_forward(const struct wl_job *j, int status, uint64_t end_rt_ns)
+void wl_spans_forward(const struct wl_job *j, int status, uint64_t end_rt_ns)
 {
 	char text[WL_MAX_TARGETS][ADDR_TEXT], host[INET6_ADDRSTRLEN];
 	const char *targets[WL_MAX_TARGETS];
@@ -151,7 +152,7 @@ void wl_span_forward(const struct wl_job *j, int status, uint64_t end_rt_ns)
 	wl_trace_emit(j->w->trace, &s, status);
 }
 
-void wl_span_forward_send(const struct wl_pending *p, int status, uint64_t end_rt_ns, uint64_t reply_rt_ns)
+void wl_spans_forward_send(const struct wl_pending *p, int status, uint64_t end_rt_ns, uint64_t reply_rt_ns)
 {
 	const struct wl_job *j = p->job;
 	char text[ADDR_TEXT], host[INET6_ADDRSTRLEN];

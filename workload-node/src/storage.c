@@ -2,7 +2,9 @@
  * workers never block on disk and large transfers are serialized. Offsets
  * wrap at the configured maximum file size; O_DIRECT transfers are widened
  * to whole aligned blocks; psync stores are flushed by a periodic fsync. */
-#include "node.h"
+#include "storage.h"
+#include "storage_file.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -99,23 +101,39 @@ static void spin_for_work(struct wl_storage *st, uint64_t next_sync)
 	pthread_mutex_lock(&st->lock);
 }
 
+/* Sleep (the lock held) until a job is queued or the next periodic sync is due. */
+static void sleep_for_work(struct wl_storage *st, uint64_t next_sync)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t now = wl_now_ns(), wait = next_sync > now ? next_sync - now : 0;
+	uint64_t ns = (uint64_t)ts.tv_nsec + wait;
+	ts.tv_sec += (time_t)(ns / 1000000000u);
+	ts.tv_nsec = (long)(ns % 1000000000u);
+	pthread_cond_timedwait(&st->cond, &st->lock, &ts);
+}
+
+/* The job's LOAD or STORE, then the job back to its worker. */
+static void run_job(struct wl_storage *st, struct wl_job *j)
+{
+	j->op_status = do_io(st, &j->op) < 0 ? WL_ST_ERR : WL_ST_OK;
+	WL_COUNT(j->w, loads, j->op.kind == WL_OP_LOAD);
+	WL_COUNT(j->w, stores, j->op.kind == WL_OP_STORE);
+	if (j->op_status != WL_ST_OK)
+		__atomic_fetch_add(&st->errors, 1, __ATOMIC_RELAXED);
+	wl_inbox_post_job(&j->w->inbox, j);
+}
+
 static void *storage_main(void *arg)
 {
 	struct wl_storage *st = arg;
 	uint64_t period = st->node->cfg.psync_period_ns, next_sync = wl_now_ns() + period;
 	pthread_mutex_lock(&st->lock);
 	while (!st->stop) {
-		if (!st->head && st->node->cfg.storage_spin) {
+		if (!st->head && st->node->cfg.storage_spin)
 			spin_for_work(st, next_sync);
-		} else if (!st->head) {
-			struct timespec ts;
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			uint64_t now = wl_now_ns(), wait = next_sync > now ? next_sync - now : 0;
-			uint64_t ns = (uint64_t)ts.tv_nsec + wait;
-			ts.tv_sec += (time_t)(ns / 1000000000u);
-			ts.tv_nsec = (long)(ns % 1000000000u);
-			pthread_cond_timedwait(&st->cond, &st->lock, &ts);
-		}
+		else if (!st->head)
+			sleep_for_work(st, next_sync);
 		struct wl_job *j = st->head;
 		if (j) {
 			st->head = j->next;
@@ -123,14 +141,8 @@ static void *storage_main(void *arg)
 				st->tail = NULL;
 		}
 		pthread_mutex_unlock(&st->lock);
-		if (j) {
-			j->storage_rc = do_io(st, &j->op);
-			WL_COUNT(j->w, loads, j->op.kind == WL_OP_LOAD);
-			WL_COUNT(j->w, stores, j->op.kind == WL_OP_STORE);
-			if (j->storage_rc < 0)
-				__atomic_fetch_add(&st->errors, 1, __ATOMIC_RELAXED);
-			wl_worker_post_done(j->w, j);
-		}
+		if (j)
+			run_job(st, j);
 		if (wl_now_ns() >= next_sync) {
 			if (st->dirty && do_fsync(st) == 0)
 				st->dirty = false;
@@ -173,8 +185,8 @@ int wl_storage_open(struct wl_node *node)
 void wl_storage_submit(struct wl_storage *st, struct wl_job *job)
 {
 	if (!st) { /* no storage configured */
-		job->storage_rc = -1;
-		wl_worker_post_done(job->w, job);
+		job->op_status = WL_ST_ERR;
+		wl_inbox_post_job(&job->w->inbox, job);
 		return;
 	}
 	pthread_mutex_lock(&st->lock);

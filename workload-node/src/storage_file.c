@@ -8,7 +8,7 @@
  * - a -s PATH is never followed if it is a symlink, and an existing regular
  *   file must belong to this user and have a single link.
  * Every check is made on the opened descriptor, not on the name. */
-#include "node.h"
+#include "storage_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -205,7 +205,7 @@ uint8_t wl_reply_status(const uint8_t *msg) { return msg[WL_HDR_LEN]; }
  * Never compacts: wl_put_hdr and friends hand out positions in the buffer
  * that wl_finish_msg patches later, and moving the data under an unfinished
  * message would patch the wrong bytes (a connection's out buffer often holds
- * unsent bytes at an offset; wl_conn_flush compacts it between messages). */
+ * unsent bytes at an offset; wl_flow_send compacts it between messages). */
 static uint8_t *grow(struct wl_buf *b, size_t n)
 {
 	if (wl_buf_grow(b, n) < 0) {

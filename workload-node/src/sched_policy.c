@@ -1,9 +1,11 @@
-/* sched: the workers' scheduling policy (--sched): parsed and checked when
- * the options are read, applied by each worker thread to itself. */
-#include "node.h"
+/* sched_policy: the workers' scheduling policy (--sched): parsed and
+ * checked when the options are read, applied by each worker thread to
+ * itself. */
+#include "sched_policy.h"
 #include "units.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
