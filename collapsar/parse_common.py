@@ -12,9 +12,11 @@ import difflib
 import os
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from collapsar.errors import Problem, TopologyError, UnitError, Where
+from collapsar.model import Bridge, Service
 from collapsar.yamlsrc import Node
 
 T = TypeVar("T")
@@ -188,3 +190,13 @@ def unit(report: Report, node: Node, label: str, parse: Callable[[object], T]) -
     except UnitError as error:
         report.add(node.line, f"{label}: {error}")
         return None
+
+
+@dataclass
+class Elements:
+    """The named elements of an experiment: one namespace for all of them."""
+
+    services: dict[str, Service] = field(default_factory=dict)
+    bridges: dict[str, Bridge] = field(default_factory=dict)
+    where: dict[str, Where] = field(default_factory=dict)
+    declared: set[str] = field(default_factory=set)  # also names rejected as invalid

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from collapsar import parse_common as pc
 from collapsar.model import instance_parts
-from collapsar.parse_common import Report
+from collapsar.parse_common import Elements, Report
 from collapsar.parse_links import LINK_KEYS, PROP_KEYS, PropValues, read_direction, read_props
-from collapsar.presence import Elements, Pending, fmt_time
+from collapsar.presence import Pending, fmt_time
 from collapsar.units import parse_duration_us
 from collapsar.yamlsrc import Node
 

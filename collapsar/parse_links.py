@@ -8,16 +8,13 @@ back, `bandwidth` both.  Latency, jitter and loss apply to each direction.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from collapsar import parse_common as pc
 from collapsar.model import LinkProps, LinkSpec
-from collapsar.parse_common import Report
+from collapsar.parse_common import Elements, Report
 from collapsar.units import format_duration_us, parse_link_delay_us, parse_loss_ratio, parse_rate_bps
 from collapsar.yamlsrc import Node
-
-if TYPE_CHECKING:
-    from collapsar.presence import Elements
 
 PROP_KEYS = ("latency", "jitter", "distribution", "loss", "bandwidth", "up", "down")
 LINK_KEYS = ("from", "to", *PROP_KEYS, "direction")

@@ -29,11 +29,11 @@ from collapsar.model import (
     instance_name,
     instance_parts,
 )
-from collapsar.parse_common import Report, read_input
+from collapsar.parse_common import Elements, Report, read_input
 from collapsar.parse_events import parse_events
 from collapsar.parse_links import parse_links
 from collapsar.parse_workload import compile_workload
-from collapsar.presence import Elements, resolve
+from collapsar.presence import resolve
 from collapsar.units import parse_duration_us, parse_size_bytes
 from collapsar.yamlsrc import Node, load
 

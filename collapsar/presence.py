@@ -22,7 +22,6 @@ from typing import Any, Literal, TypeVar, cast
 
 from collapsar.errors import Where
 from collapsar.model import (
-    Bridge,
     BridgeEvent,
     Event,
     LinkEvent,
@@ -30,24 +29,13 @@ from collapsar.model import (
     LinkSetEvent,
     LinkSpec,
     PartitionEvent,
-    Service,
     ServiceAction,
     ServiceEvent,
     instance_name,
 )
-from collapsar.parse_common import Report
+from collapsar.parse_common import Elements, Report
 from collapsar.parse_links import PropValues, build_spec, check_delays
 from collapsar.units import format_duration_us
-
-
-@dataclass
-class Elements:
-    """The named elements of an experiment: one namespace for all of them."""
-
-    services: dict[str, Service] = field(default_factory=dict)
-    bridges: dict[str, Bridge] = field(default_factory=dict)
-    where: dict[str, Where] = field(default_factory=dict)
-    declared: set[str] = field(default_factory=set)  # also names rejected as invalid
 
 
 @dataclass

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The static checks CI runs before the tests: ruff (lint and format), mypy on
-the core, and the import-linter contracts of the layers (pyproject.toml holds
-the configuration of all three).
+the core, the import-linter contracts of the layers (pyproject.toml holds
+the configuration of all three), and two import rules of our own: no
+cycles, no private names imported (scripts/import_rules.py).
 
     python scripts/check.py            every check; exit 1 at the first failing one
-    python scripts/check.py mypy       one of: ruff, format, mypy, imports
+    python scripts/check.py mypy       one of: ruff, format, mypy, imports, cycles
 
 mypy and import-linter find modules by folder, and Collapsar's components are
 installed under other names (tcal/ is collapsar.tcal, emulation-manager/ is
@@ -95,6 +96,9 @@ def main(argv: list[str]) -> int:
             "mypy", [python, "-m", "mypy", "--config-file", str(config), "--cache-dir", str(cache)], tree()
         ),
         "imports": lambda: run("import-linter", [lint_imports, str(config), "--no-cache"], tree()),
+        "cycles": lambda: run(
+            "no import cycles, no private imports", [python, str(TOP / "scripts" / "import_rules.py")], tree()
+        ),
     }
     names = argv or list(checks)
     unknown = [name for name in names if name not in checks]

@@ -21,13 +21,19 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from collapsar.errors import KernelError
 from collapsar.tcal.nlmsg import NLM_F_ACK, NLM_F_REQUEST, Request, parse_attrs
 
-if TYPE_CHECKING:
-    from collapsar.tcal.prepared import PreparedStep
+
+class StepQueue(Protocol):
+    """Where a step being prepared takes netlink requests (prepared.PreparedStep)."""
+
+    def queue(
+        self, sock: RouteSocket, requests: list[Request], then: Callable[[list[KernelFailure]], None]
+    ) -> None: ...
+
 
 CLONE_NEWNET = 0x40000000
 SOL_NETLINK = 270
@@ -44,14 +50,14 @@ BATCH_BYTES = 1 << 20  # well under the send buffer
 BATCH_REQUESTS = 2000  # keeps the worst case of error replies inside the receive buffer
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_this_thread = threading.local()  # .step: the PreparedStep being prepared on it, if any
+_this_thread = threading.local()  # .step: the step being prepared on it (prepared.PreparedStep), if any
 
 
-def prepared_step() -> PreparedStep | None:
+def prepared_step() -> StepQueue | None:
     return getattr(_this_thread, "step", None)
 
 
-def set_prepared_step(step: PreparedStep | None) -> None:
+def set_prepared_step(step: StepQueue | None) -> None:
     _this_thread.step = step
 
 

@@ -38,6 +38,7 @@ from collapsar.tcal.nlsock import (
     REPLY_TIMEOUT_S,
     KernelFailure,
     RouteSocket,
+    StepQueue,
     answered,
     batches,
     prepared_step,
@@ -144,7 +145,7 @@ class PreparedStep:
         self._sockets: dict[RouteSocket, _Queued] = {}
         self._signals: list[tuple[int, int]] = []
         self._records: list[Callable[[], None]] = []
-        self._outer: PreparedStep | None = None
+        self._outer: StepQueue | None = None
         self._sealed: _Sealed | None = None
 
     def __enter__(self) -> PreparedStep:
@@ -158,7 +159,8 @@ class PreparedStep:
     @staticmethod
     def current() -> PreparedStep | None:
         """The step being prepared on this thread, if any."""
-        return prepared_step()
+        step = prepared_step()
+        return step if isinstance(step, PreparedStep) else None
 
     # --- what a step does at its instant -------------------------------------
 

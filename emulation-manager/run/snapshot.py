@@ -19,10 +19,37 @@ these fields; a field added here is added there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from collapsar.manager.run.skeleton import ManagerRun
+from collapsar.manager.measure.throughput import Meter
+from collapsar.manager.play.live import LivePlayer
+from collapsar.manager.run.runtime import InstanceRuntime, Place
+from collapsar.model import Experiment
+
+
+class RunView(Protocol):
+    """What a snapshot reads of a run (run/skeleton.py's ManagerRun)."""
+
+    run_id: str
+    experiment: Experiment
+    timeline: Any
+    runtime: InstanceRuntime
+    instances: list[str]
+    status: dict[str, str]
+    network: dict[str, str]
+    exit_codes: dict[str, int]
+    stop_reason: str | None
+    t0_ns: int | None
+    player: LivePlayer
+    meter: Meter | None
+    sharing: Any
+    live_view: Any
+
+    @property
+    def mode(self) -> str: ...
+    def place_of(self, instance: str) -> Place | None: ...
+    def instance_extras(self, instance: str) -> dict: ...
+
 
 SNAPSHOT_FIELDS = (
     "run_id",
@@ -40,13 +67,13 @@ SNAPSHOT_FIELDS = (
 INSTANCE_FIELDS = ("name", "ip", "netns", "status", "network", "pid", "exit_code")
 
 
-def run_state(run: ManagerRun) -> str:
+def run_state(run: RunView) -> str:
     if run.stop_reason is not None:
         return "stopping"
     return "running" if run.t0_ns is not None else "waiting"
 
 
-def instance_row(run: ManagerRun, name: str) -> dict:
+def instance_row(run: RunView, name: str) -> dict:
     place = run.place_of(name)
     return {
         "name": name,
@@ -60,7 +87,7 @@ def instance_row(run: ManagerRun, name: str) -> dict:
     }
 
 
-def status_snapshot(run: ManagerRun, now_us: int) -> dict:
+def status_snapshot(run: RunView, now_us: int) -> dict:
     flows = run.meter.flows() if run.meter is not None else []
     player = run.player
     return {
