@@ -60,6 +60,118 @@ static void *signal_main(void *arg)
 	return NULL;
 }
 
+/* SIGINT and SIGTERM go to the signal thread only; a closed peer is an error, not a signal. */
+static int block_signals(void)
+{
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	signal(SIGPIPE, SIG_IGN);
+	if (pthread_sigmask(SIG_BLOCK, &sigs, NULL) != 0)
+		return wl_err("pthread_sigmask failed"), -1;
+	return 0;
+}
+
+static void pairs_free(struct pair *pairs, int npairs)
+{
+	for (int i = 0; i < npairs; i++) {
+		free(pairs[i].recs);
+		free(pairs[i].ids);
+		free(pairs[i].conn_ns);
+	}
+	free(pairs);
+}
+
+/* Every pair with its records marked unsent, its summary and its own seed; NULL when out of memory. */
+static struct pair *pairs_new(struct client *cl)
+{
+	struct pair *pairs = calloc((size_t)cl->npairs, sizeof(*pairs));
+	if (!pairs)
+		return wl_err("out of memory for %d pairs", cl->npairs), NULL;
+	for (int i = 0; i < cl->npairs; i++) {
+		struct pair *p = &pairs[i];
+		p->cl = cl;
+		p->index = i;
+		p->recs = calloc(cl->nreq, sizeof(*p->recs));
+		p->ids = cl->trace ? calloc(cl->nreq, sizeof(*p->ids)) : NULL;
+		p->conn_ns = cl->conn_times ? calloc(cl->nsessions, sizeof(*p->conn_ns)) : NULL;
+		if (!p->recs || (cl->trace && !p->ids) || (cl->conn_times && !p->conn_ns)) {
+			wl_err("out of memory for %llu records", (unsigned long long)cl->nreq);
+			pairs_free(pairs, i + 1);
+			return NULL;
+		}
+		for (uint64_t k = 0; k < cl->nreq; k++) {
+			p->recs[k].status = WL_ST_UNSENT;
+			p->recs[k].thread = (uint16_t)i;
+		}
+		wl_summary_init(&p->sum);
+		wl_rng_seed(&p->rng, cl->seed * 0x100000001b3ull + (uint64_t)i);
+		sem_init(&p->ready, 0, 0);
+		sem_init(&p->done, 0, 0);
+	}
+	return pairs;
+}
+
+/* Each pair's sender (and receiver, unless one thread does both). */
+static int pairs_start(struct client *cl, struct pair *pairs, bool solo)
+{
+	/* The kernel's default 50 us of timer slack stays: senders wake up to
+	 * that late (the summary's send lateness says how late), and requests
+	 * due meanwhile go out in one send.  Measured with 1 ns of slack: send
+	 * lateness p99 60 -> 15-30 us, but one wake-up per request, and p99
+	 * latency in the milliseconds above 60k req/s instead of under 100 us
+	 * up to 200k (bench/workload_bench.py, default mode). */
+	cl->rt_offset_ns = wl_realtime_ns() - wl_now_ns();
+	cl->start_ns = wl_now_ns() + 5000000; /* every pair starts its schedule at the same instant */
+	for (int i = 0; i < cl->npairs; i++) {
+		int rc = solo ? 0 : pthread_create(&pairs[i].receiver, NULL, wl_receiver_main, &pairs[i]);
+		if (rc == 0)
+			rc = pthread_create(&pairs[i].sender, NULL, solo ? wl_solo_main : wl_sender_main, &pairs[i]);
+		if (rc != 0)
+			return wl_err("pthread_create pair %d: %s", i, strerror(rc)), -1;
+	}
+	return 0;
+}
+
+/* Wait for one pair, count what it never sent and how late it sent the rest. */
+static void pair_join(struct client *cl, struct pair *p, bool solo)
+{
+	pthread_join(p->sender, NULL);
+	if (!solo)
+		pthread_join(p->receiver, NULL);
+	for (uint64_t k = 0; k < cl->nreq; k++) {
+		const struct wl_record *r = &p->recs[k];
+		if (r->status == WL_ST_UNSENT) {
+			p->sum.unsent++;
+			continue;
+		}
+		if (r->send_ns < p->sum.first_send_ns)
+			p->sum.first_send_ns = r->send_ns;
+		if (cl->pace_mode != WL_PACE_CLOSED)
+			wl_hist_add(&p->sum.late, r->late_ns);
+	}
+}
+
+/* --out: every pair's records, as DistWalk's format or ours; 0 or -1. */
+static int write_records(struct client *cl, struct pair *pairs)
+{
+	const struct wl_record **recs = calloc((size_t)cl->npairs, sizeof(*recs));
+	uint64_t *counts = calloc((size_t)cl->npairs, sizeof(*counts));
+	int rc = -1;
+	if (recs && counts) {
+		for (int i = 0; i < cl->npairs; i++) {
+			recs[i] = pairs[i].recs;
+			counts[i] = cl->nreq;
+		}
+		rc = cl->dw_out.on ? wl_dw_records_write(cl->out_path, &cl->dw_out, recs, counts, cl->npairs, cl->start_ns)
+				   : wl_records_write(cl->out_path, cl->out_json, recs, counts, cl->npairs, cl->start_ns);
+	}
+	free(recs);
+	free(counts);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static struct client cl = {.npairs = 1, .nreq = 1, .nsessions = 1, .timeout_ns = 10000000000ull,
@@ -74,37 +186,14 @@ int main(int argc, char **argv)
 	}
 	if (cl.sample_spec)
 		return sample_values(&cl);
-	sigset_t sigs;
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGTERM);
-	signal(SIGPIPE, SIG_IGN);
-	if (pthread_sigmask(SIG_BLOCK, &sigs, NULL) != 0)
-		return wl_err("pthread_sigmask failed"), 1;
+	if (block_signals() < 0)
+		return 1;
 	int trace_rc = wl_trace_setup(cl.trace_path, "wl-client", &cl.trace); /* --trace, or the run directory */
 	if (trace_rc != 0)
 		return trace_rc;
-	struct pair *pairs = calloc((size_t)cl.npairs, sizeof(*pairs));
+	struct pair *pairs = pairs_new(&cl);
 	if (!pairs)
-		return wl_err("out of memory for %d pairs", cl.npairs), 1;
-	for (int i = 0; i < cl.npairs; i++) {
-		struct pair *p = &pairs[i];
-		p->cl = &cl;
-		p->index = i;
-		p->recs = calloc(cl.nreq, sizeof(*p->recs));
-		p->ids = cl.trace ? calloc(cl.nreq, sizeof(*p->ids)) : NULL;
-		p->conn_ns = cl.conn_times ? calloc(cl.nsessions, sizeof(*p->conn_ns)) : NULL;
-		if (!p->recs || (cl.trace && !p->ids) || (cl.conn_times && !p->conn_ns))
-			return wl_err("out of memory for %llu records", (unsigned long long)cl.nreq), 1;
-		for (uint64_t k = 0; k < cl.nreq; k++) {
-			p->recs[k].status = WL_ST_UNSENT;
-			p->recs[k].thread = (uint16_t)i;
-		}
-		wl_summary_init(&p->sum);
-		wl_rng_seed(&p->rng, cl.seed * 0x100000001b3ull + (uint64_t)i);
-		sem_init(&p->ready, 0, 0);
-		sem_init(&p->done, 0, 0);
-	}
+		return 1;
 	struct wl_collect *collect; /* the run directory's records and summary, if any */
 	if (wl_collect_start(&collect, &cl, pairs) < 0)
 		return 1;
@@ -113,46 +202,14 @@ int main(int argc, char **argv)
 		return wl_err("pthread_create signal thread failed"), 1;
 	if (cl.idle_poll && wl_idle_poll_start() < 0)
 		return 1;
-	/* The kernel's default 50 us of timer slack stays: senders wake up to
-	 * that late (the summary's send lateness says how late), and requests
-	 * due meanwhile go out in one send.  Measured with 1 ns of slack: send
-	 * lateness p99 60 -> 15-30 us, but one wake-up per request, and p99
-	 * latency in the milliseconds above 60k req/s instead of under 100 us
-	 * up to 200k (bench/workload_bench.py, default mode). */
-	cl.rt_offset_ns = wl_realtime_ns() - wl_now_ns();
-	cl.start_ns = wl_now_ns() + 5000000; /* every pair starts its schedule at the same instant */
 	bool solo = wl_pair_solo(&cl);
-	for (int i = 0; i < cl.npairs; i++) {
-		int rc = solo ? 0 : pthread_create(&pairs[i].receiver, NULL, wl_receiver_main, &pairs[i]);
-		if (rc == 0)
-			rc = pthread_create(&pairs[i].sender, NULL, solo ? wl_solo_main : wl_sender_main, &pairs[i]);
-		if (rc != 0)
-			return wl_err("pthread_create pair %d: %s", i, strerror(rc)), 1;
-	}
+	if (pairs_start(&cl, pairs, solo) < 0)
+		return 1;
 	struct wl_summary total;
 	wl_summary_init(&total);
-	const struct wl_record **recs = calloc((size_t)cl.npairs, sizeof(*recs));
-	uint64_t *counts = calloc((size_t)cl.npairs, sizeof(*counts));
 	for (int i = 0; i < cl.npairs; i++) {
-		pthread_join(pairs[i].sender, NULL);
-		if (!solo)
-			pthread_join(pairs[i].receiver, NULL);
-		for (uint64_t k = 0; k < cl.nreq; k++) {
-			const struct wl_record *r = &pairs[i].recs[k];
-			if (r->status == WL_ST_UNSENT) {
-				pairs[i].sum.unsent++;
-				continue;
-			}
-			if (r->send_ns < pairs[i].sum.first_send_ns)
-				pairs[i].sum.first_send_ns = r->send_ns;
-			if (cl.pace_mode != WL_PACE_CLOSED)
-				wl_hist_add(&pairs[i].sum.late, r->late_ns);
-		}
+		pair_join(&cl, &pairs[i], solo);
 		wl_summary_merge(&total, &pairs[i].sum);
-		if (recs && counts) {
-			recs[i] = pairs[i].recs;
-			counts[i] = cl.nreq;
-		}
 	}
 	__atomic_store_n(&cl.stop, 1, __ATOMIC_RELAXED);
 	pthread_join(sig_thread, NULL);
@@ -160,18 +217,9 @@ int main(int argc, char **argv)
 		print_conn_times(&cl, pairs);
 	wl_summary_print(stdout, &total, cl.json);
 	int rc = wl_collect_finish(collect, &total) < 0 ? 1 : 0;
-	if (cl.out_path && (!recs || !counts ||
-			    (cl.dw_out.on ? wl_dw_records_write(cl.out_path, &cl.dw_out, recs, counts, cl.npairs, cl.start_ns)
-					  : wl_records_write(cl.out_path, cl.out_json, recs, counts, cl.npairs, cl.start_ns)) < 0))
+	if (cl.out_path && write_records(&cl, pairs) < 0)
 		rc = 1;
 	wl_trace_close(cl.trace);
-	for (int i = 0; i < cl.npairs; i++) {
-		free(pairs[i].recs);
-		free(pairs[i].ids);
-		free(pairs[i].conn_ns);
-	}
-	free(pairs);
-	free(recs);
-	free(counts);
+	pairs_free(pairs, cl.npairs);
 	return rc;
 }
