@@ -23,10 +23,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from collapsar.conditions import DISTRIBUTIONS, NO_RATE, Conditions
+from collapsar.conditions import NO_RATE, Conditions
 from collapsar.errors import CollapsarError
 from collapsar.graph import RunGraph
-from collapsar.model import Experiment, LinkProps, Path
+from collapsar.model import DISTRIBUTIONS, Experiment, LinkProps, Path
 from collapsar.pathattrs import fold_core, fold_sinks, walk
 from collapsar.routing import Router
 

@@ -11,15 +11,18 @@ without a Python loop.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from collapsar.errors import Problem, TopologyError
 from collapsar.graph import RunGraph
 from collapsar.model import (
+    DISTRIBUTIONS,
+    SHAPING_FIELDS,
     BridgeEvent,
     Event,
-    JitterDistribution,
     LinkEvent,
     LinkProps,
     LinkSetEvent,
@@ -27,9 +30,7 @@ from collapsar.model import (
     ServiceEvent,
 )
 
-DISTRIBUTIONS: tuple[JitterDistribution, ...] = ("normal", "pareto", "paretonormal", "uniform")
 NO_RATE = np.iinfo(np.int64).max  # "not limited": the neutral element of min()
-_FIELDS = ("delay_us", "jitter_us", "distribution", "loss_ratio", "rate_bps")
 
 
 class Conditions:
@@ -168,19 +169,19 @@ class Conditions:
             )
         for link in self.graph.links_of_spec[index]:
             changes = forward if link.direction == "up" else backward
-            unknown = sorted(set(changes) - set(_FIELDS))
+            unknown = sorted(set(changes) - set(SHAPING_FIELDS))
             if unknown:
                 raise TopologyError(
                     [
                         Problem(
                             event.where,
-                            f"link {event.a} -> {event.b}: cannot set {unknown[0]!r}; expected one of {_FIELDS}",
+                            f"link {event.a} -> {event.b}: cannot set {unknown[0]!r}; expected one of {SHAPING_FIELDS}",
                         )
                     ]
                 )
             if changes:
-                merged = {**self.props(link.id).__dict__, **changes}
-                self._set(link.id, LinkProps(**merged))
+                values: dict[str, Any] = dict(changes)  # names checked here, values by the parser
+                self._set(link.id, replace(self.props(link.id), **values))
 
     def _set(self, link_id: int, props: LinkProps) -> None:
         self.delay_us[link_id] = props.delay_us

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, fields
+from typing import Literal, get_args
 
 from collapsar.errors import CollapsarError, Where
 
+# The shapes netem's jitter can take (collapsar.tcal.dist makes each one's table).
 JitterDistribution = Literal["normal", "pareto", "paretonormal", "uniform"]
+DISTRIBUTIONS: tuple[JitterDistribution, ...] = get_args(JitterDistribution)
 PathMetric = Literal["latency", "hops"]
 
 DEFAULT_PERIOD_US = 50_000
@@ -78,15 +80,43 @@ class Bridge:
     where: Where | None = None
 
 
+class ShapingRules:
+    """What follows from the shaping fields, for every record that carries
+    them: LinkProps, Path and collapsar.tcal.Shaping."""
+
+    delay_us: int
+    jitter_us: int
+    loss_ratio: float
+
+    @property
+    def needs_netem(self) -> bool:
+        """Delay, jitter and loss need sch_netem; a rate alone is htb's."""
+        return bool(self.delay_us or self.jitter_us or self.loss_ratio)
+
+    @property
+    def jitter_lacks_delay(self) -> bool:
+        """Jitter varies the delay around its mean: with no delay there is
+        nothing to vary, and netem would clip every negative draw to zero."""
+        return bool(self.jitter_us) and not self.delay_us
+
+
 @dataclass(frozen=True)
-class LinkProps:
-    """Properties of one direction of a link."""
+class LinkProps(ShapingRules):
+    """The shaping record: what one direction of a link does to packets.
+
+    The same record describes a collapsed path (`Path.props`) and what one
+    destination's tc class holds (`collapsar.tcal.Shaping` carries these
+    fields for an address); its fields are the shaping fields everywhere
+    (`SHAPING_FIELDS`)."""
 
     delay_us: int = 0
     jitter_us: int = 0
     distribution: JitterDistribution = "normal"
     loss_ratio: float = 0.0
     rate_bps: int | None = None  # None: not limited by this link
+
+
+SHAPING_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LinkProps))
 
 
 @dataclass(frozen=True)
@@ -145,7 +175,7 @@ class LinkEvent:
 @dataclass(frozen=True)
 class LinkSetEvent:
     """Changes properties of an existing link; `up`/`down` hold only the fields
-    that change, by LinkProps field name (e.g. {"delay_us": 20000})."""
+    that change, by shaping field name (SHAPING_FIELDS, e.g. {"delay_us": 20000})."""
 
     at_us: int
     a: str
@@ -223,7 +253,7 @@ def service_of(experiment: Experiment, instance: str) -> str:
 
 
 @dataclass(frozen=True)
-class Path:
+class Path(ShapingRules):
     """The collapsed route from one instance to another, in one direction.
 
     delay = sum of link delays; jitter = sqrt(sum of squared jitters);
@@ -239,6 +269,11 @@ class Path:
     rate_bps: int | None
     link_ids: tuple[LinkId, ...]
     distribution: JitterDistribution = "normal"
+
+    @property
+    def props(self) -> LinkProps:
+        """The path's shaping, as one record."""
+        return LinkProps(**{name: getattr(self, name) for name in SHAPING_FIELDS})
 
     @property
     def rtt_hint_us(self) -> int:

@@ -20,6 +20,7 @@ from collapsar.model import Bridge, Service
 from collapsar.yamlsrc import Node
 
 T = TypeVar("T")
+Choice = TypeVar("Choice", bound=str)
 
 MAX_INSTANCES = 10_000  # per service, so that a typo like 1e6 does not eat the machine
 MAX_TOTAL_INSTANCES = 10_000  # in the whole experiment, joins included
@@ -170,14 +171,14 @@ def boolean(report: Report, node: Node, label: str) -> bool | None:
     return node.value
 
 
-def choice(report: Report, node: Node, label: str, choices: tuple[str, ...]) -> str | None:
+def choice(report: Report, node: Node, label: str, choices: tuple[Choice, ...]) -> Choice | None:
     value = node.value if node.is_scalar else None
     if not isinstance(value, str) or value not in choices:
         shown = describe(node)
         hint = did_you_mean(value, choices) if isinstance(value, str) else ""
         report.add(node.line, f"{label}: expected {' or '.join(choices)}, got {shown}{hint}")
         return None
-    return value
+    return choices[choices.index(value)]  # the choice itself, typed as the choices are (a Literal)
 
 
 def unit(report: Report, node: Node, label: str, parse: Callable[[object], T]) -> T | None:

@@ -7,18 +7,20 @@ back, `bandwidth` both.  Latency, jitter and loss apply to each direction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from collapsar import parse_common as pc
-from collapsar.model import LinkProps, LinkSpec
+from collapsar.model import DISTRIBUTIONS, JitterDistribution, LinkProps, LinkSpec
 from collapsar.parse_common import Elements, Report
 from collapsar.units import format_duration_us, parse_link_delay_us, parse_loss_ratio, parse_rate_bps
 from collapsar.yamlsrc import Node
 
 PROP_KEYS = ("latency", "jitter", "distribution", "loss", "bandwidth", "up", "down")
 LINK_KEYS = ("from", "to", *PROP_KEYS, "direction")
-DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
+# The key that sets each shaping field of both directions (LinkProps); the
+# rate is per direction: `bandwidth`, or `up` and `down`.
+KEY_OF_FIELD = {"delay_us": "latency", "jitter_us": "jitter", "distribution": "distribution", "loss_ratio": "loss"}
 _PARSERS = {
     "latency": parse_link_delay_us,
     "jitter": parse_link_delay_us,
@@ -35,12 +37,21 @@ class PropValues:
 
     latency: int | None = None
     jitter: int | None = None
-    distribution: str | None = None
+    distribution: JitterDistribution | None = None
     loss: float | None = None
     bandwidth: int | None = None
     up: int | None = None
     down: int | None = None
     lines: dict[str, int] = field(default_factory=dict)
+
+    def shaping(self) -> dict[str, Any]:
+        """The shaping fields written here but the rate, by LinkProps field name."""
+        written = {name: getattr(self, key) for name, key in KEY_OF_FIELD.items()}
+        return {name: value for name, value in written.items() if value is not None}
+
+    def jitter_line(self, fallback: int) -> int:
+        """Where a problem of the jitter is reported: at the jitter, else at the latency."""
+        return self.lines.get("jitter", self.lines.get("latency", fallback))
 
 
 def read_props(report: Report, node: Node, label: str) -> PropValues | None:
@@ -66,6 +77,19 @@ def read_props(report: Report, node: Node, label: str) -> PropValues | None:
     return values if ok else None
 
 
+def check_jitter(report: Report, values: PropValues, props: LinkProps, label: str, line: int) -> bool:
+    """The jitter of `props` (a link as written, or as a `set` written as
+    `values` leaves it) has a latency to vary around, and a distribution
+    written in `values` has a jitter to shape."""
+    if props.jitter_lacks_delay:
+        report.add(line, f"{label}: jitter needs a latency")
+        return False
+    if values.distribution is not None and not props.jitter_us:
+        report.add(values.lines["distribution"], f"{label}: distribution needs a jitter")
+        return False
+    return True
+
+
 def check_delays(report: Report, line: int, label: str, delay_us: int, jitter_us: int) -> bool:
     """Jitter above the delay would make netem clip negative delays to zero,
     which silently changes both the mean and the distribution: reject it."""
@@ -82,29 +106,18 @@ def check_delays(report: Report, line: int, label: str, delay_us: int, jitter_us
 
 def build_spec(report: Report, a: str, b: str, values: PropValues, one_way: bool, label: str, where) -> LinkSpec | None:
     """A whole new link from its written properties."""
-    lines = values.lines
-    if values.jitter and not values.latency:
-        report.add(lines["jitter"], f"{label}: jitter needs a latency")
-        return None
-    if values.distribution is not None and not values.jitter:
-        report.add(lines["distribution"], f"{label}: distribution needs a jitter")
+    common = LinkProps(**values.shaping())
+    line = values.jitter_line(0)
+    if not check_jitter(report, values, common, label, line):
         return None
     if one_way and values.down is not None:
-        report.add(lines["down"], f"{label}: a one-way link has no down direction; use up or bandwidth")
+        report.add(values.lines["down"], f"{label}: a one-way link has no down direction; use up or bandwidth")
         return None
-    delay_us, jitter_us = values.latency or 0, values.jitter or 0
-    if not check_delays(report, lines.get("jitter", 0), label, delay_us, jitter_us):
+    if not check_delays(report, line, label, common.delay_us, common.jitter_us):
         return None
-    # LinkProps' keyword arguments but the rate
-    common: dict[str, Any] = dict(
-        delay_us=delay_us,
-        jitter_us=jitter_us,
-        distribution=values.distribution or "normal",
-        loss_ratio=values.loss or 0.0,
-    )
     both = values.bandwidth
-    up = LinkProps(**common, rate_bps=both if both is not None else values.up)
-    down = None if one_way else LinkProps(**common, rate_bps=both if both is not None else values.down)
+    up = replace(common, rate_bps=both if both is not None else values.up)
+    down = None if one_way else replace(common, rate_bps=both if both is not None else values.down)
     return LinkSpec(a, b, up, down, where)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Any, Literal, TypeVar, cast
+from typing import Literal, TypeVar, cast
 
 from collapsar.errors import Where
 from collapsar.model import (
@@ -34,7 +34,7 @@ from collapsar.model import (
     instance_name,
 )
 from collapsar.parse_common import Elements, Report
-from collapsar.parse_links import PropValues, build_spec, check_delays
+from collapsar.parse_links import PropValues, build_spec, check_delays, check_jitter
 from collapsar.units import format_duration_us
 
 
@@ -280,13 +280,7 @@ class _Replay:
             )
             return None
         up_rate, down_rate = (values.down, values.up) if reverse else (values.up, values.down)
-        common = {
-            "delay_us": values.latency,
-            "jitter_us": values.jitter,
-            "loss_ratio": values.loss,
-            "distribution": values.distribution,
-        }
-        up: dict[str, Any] = {k: v for k, v in common.items() if v is not None}  # LinkProps fields
+        up = values.shaping()
         down = dict(up) if spec.down is not None else {}
         directions = [(up, up_rate)] + ([(down, down_rate)] if spec.down is not None else [])
         for changes, rate in directions:
@@ -301,13 +295,8 @@ class _Replay:
 
     def _props_ok(self, p: Pending, props: LinkProps) -> bool:
         changes = _given(p.changes, "changes")
-        lines = changes.lines
-        line = lines.get("jitter", lines.get("latency", p.line))
-        if props.jitter_us and not props.delay_us:
-            self.report.add(line, f"{p.label}: jitter needs a latency")
-            return False
-        if changes.distribution is not None and not props.jitter_us:
-            self.report.add(lines["distribution"], f"{p.label}: distribution needs a jitter")
+        line = changes.jitter_line(p.line)
+        if not check_jitter(self.report, changes, props, p.label, line):
             return False
         return check_delays(self.report, line, p.label, props.delay_us, props.jitter_us)
 

@@ -28,10 +28,12 @@ from collapsar.model import (
     Service,
     ServiceEvent,
 )
+from collapsar.parse_links import KEY_OF_FIELD
 from collapsar.units import format_duration_us, format_rate_bps
 
 _PLAIN = re.compile(r"^(?:[A-Za-z0-9_./]|-(?=[A-Za-z0-9]))[A-Za-z0-9_./@+=-]*$")
 _RESOLVER = yaml.resolver.Resolver()
+_DEFAULT = LinkProps()  # a field at its default is left out
 
 
 def quote(text: str) -> str:
@@ -114,21 +116,23 @@ def _service(service: Service) -> list[str]:
     return lines
 
 
+def _value(name: str, value: int | float | str) -> str:
+    """A shaping field's value as the language writes it, exactly (a *_us field holds an int)."""
+    if name.endswith("_us"):
+        return format_duration_us(int(value))
+    return repr(value) if name == "loss_ratio" else str(value)
+
+
 def _props(up: LinkProps, down: LinkProps | None, what: str) -> dict[str, str]:
-    shared = ("delay_us", "jitter_us", "distribution", "loss_ratio")
-    if down is not None and any(getattr(up, f) != getattr(down, f) for f in shared):
+    if down is not None and any(getattr(up, name) != getattr(down, name) for name in KEY_OF_FIELD):
         raise CollapsarError(
             f"{what}: latency, jitter and loss differ between directions, which the language cannot express"
         )
     items: dict[str, str] = {}
-    if up.delay_us:
-        items["latency"] = format_duration_us(up.delay_us)
-    if up.jitter_us:
-        items["jitter"] = format_duration_us(up.jitter_us)
-    if up.distribution != "normal":
-        items["distribution"] = up.distribution
-    if up.loss_ratio:
-        items["loss"] = repr(up.loss_ratio)
+    for name, key in KEY_OF_FIELD.items():
+        value = getattr(up, name)
+        if value != getattr(_DEFAULT, name):
+            items[key] = _value(name, value)
     if down is None or up.rate_bps == down.rate_bps:
         if up.rate_bps is not None:
             items["bandwidth"] = format_rate_bps(up.rate_bps)
@@ -149,23 +153,14 @@ def _link(spec: LinkSpec) -> dict[str, str]:
 
 def _changes(event: LinkSetEvent) -> dict[str, str]:
     items: dict[str, str] = {}
-    names = {"delay_us": "latency", "jitter_us": "jitter", "loss_ratio": "loss", "distribution": "distribution"}
-    for field, key in names.items():
-        if field not in event.up and field not in event.down:
+    for name, key in KEY_OF_FIELD.items():
+        if name not in event.up and name not in event.down:
             continue
-        if event.down and event.up.get(field) != event.down.get(field):
+        if event.down and event.up.get(name) != event.down.get(name):
             raise CollapsarError(
                 f"link {event.a} -> {event.b}: a set that changes {key} differently per direction cannot be expressed"
             )
-        value = event.up[field]
-        # int(): a *_us field holds an int; the mapping's type covers every field.
-        items[key] = (
-            format_duration_us(int(value))
-            if field.endswith("_us")
-            else repr(value)
-            if field == "loss_ratio"
-            else str(value)
-        )
+        items[key] = _value(name, event.up[name])
     up, down = event.up.get("rate_bps"), event.down.get("rate_bps")
     if up is not None and up == down:
         items["bandwidth"] = format_rate_bps(int(up))
