@@ -17,7 +17,6 @@ experiment's `path_metric`: `latency` (sum of delays; fewer hops win ties) or
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -27,7 +26,7 @@ from collapsar.conditions import NO_RATE, Conditions
 from collapsar.errors import CollapsarError
 from collapsar.graph import RunGraph
 from collapsar.model import DISTRIBUTIONS, Experiment, LinkProps, Path
-from collapsar.pathattrs import fold_core, fold_sinks, walk
+from collapsar.pathattrs import fold_core, fold_sinks, fold_walk, walk
 from collapsar.routing import Router
 
 
@@ -97,7 +96,8 @@ class NetworkState:
         if not self._exists(np.array([row]), np.array([col]))[0, 0]:
             return None
         ids = walk(self.in_core[row], int(self.in_sink[row, col]), self.graph.link_src, self.graph.bridge_count)
-        return fold_path(src, dst, ids, self.conditions)
+        folded = fold_walk(ids, self.conditions)
+        return _path(src, dst, ids, folded.delay_us, folded.jitter_us(), folded.keep, folded.rate_bps, folded.dist_code)
 
     def paths(self, sources: Iterable[str] | None = None) -> Iterator[Path]:
         """Every existing path from `sources` (default: all of this state's),
@@ -113,16 +113,15 @@ class NetworkState:
         link_src, bridges = self.graph.link_src, self.graph.bridge_count
         for k, col in zip(*np.nonzero(exists)):
             row = rows[k]
-            rate = int(folded.rate_bps[k, col])
-            yield Path(
-                src=self.graph.instances[self._rows[row]],
-                dst=self.graph.instances[col],
-                delay_us=int(folded.delay_us[k, col]),
-                jitter_us=int(jitter[k, col]),
-                loss_ratio=loss_of(float(folded.keep[k, col])),
-                rate_bps=None if rate == NO_RATE else rate,
-                link_ids=walk(self.in_core[row], int(self.in_sink[row, col]), link_src, bridges),
-                distribution=DISTRIBUTIONS[folded.dist_code[k, col]],
+            yield _path(
+                self.graph.instances[self._rows[row]],
+                self.graph.instances[col],
+                walk(self.in_core[row], int(self.in_sink[row, col]), link_src, bridges),
+                folded.delay_us[k, col],
+                jitter[k, col],
+                folded.keep[k, col],
+                folded.rate_bps[k, col],
+                folded.dist_code[k, col],
             )
 
     def unreachable(self) -> list[tuple[str, str]]:
@@ -173,30 +172,18 @@ def loss_of(keep: float) -> float:
     return round(1.0 - keep, 12)
 
 
-def fold_path(src: str, dst: str, link_ids: tuple[int, ...], cond: Conditions) -> Path:
-    """One path's properties from its links (the formulas of `collapsar.pathattrs`)."""
-    delay = jitter_sq = max_jitter = 0
-    keep = 1.0
-    rate = NO_RATE
-    code = 0
-    for link in link_ids:
-        props = cond.props(link)
-        delay += props.delay_us
-        jitter_sq += props.jitter_us * props.jitter_us
-        keep *= 1.0 - props.loss_ratio
-        if props.rate_bps is not None:
-            rate = min(rate, props.rate_bps)
-        if props.jitter_us > max_jitter:
-            max_jitter, code = props.jitter_us, DISTRIBUTIONS.index(props.distribution)
+def _path(src: str, dst: str, link_ids: tuple[int, ...], delay_us, jitter_us, keep, rate_bps, dist_code) -> Path:
+    """A Path from one path's folded properties (numpy's or Python's numbers)."""
+    rate = int(rate_bps)
     return Path(
-        src,
-        dst,
-        delay,
-        int(round(math.sqrt(jitter_sq))),
-        loss_of(keep),
-        None if rate == NO_RATE else rate,
-        link_ids,
-        DISTRIBUTIONS[code],
+        src=src,
+        dst=dst,
+        delay_us=int(delay_us),
+        jitter_us=int(jitter_us),
+        loss_ratio=loss_of(float(keep)),
+        rate_bps=None if rate == NO_RATE else rate,
+        link_ids=link_ids,
+        distribution=DISTRIBUTIONS[dist_code],
     )
 
 

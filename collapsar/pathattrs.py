@@ -7,7 +7,9 @@ Walking those ids backwards gives a path; this module computes the folded
 properties of every path without walking, by dynamic programming over hop
 depth: a bridge at depth d gets `fold(props of its parent, props of its
 entering link)`, and the parent (depth d-1) is already done, for all sources
-in one numpy operation per depth.
+in one numpy operation per depth.  One path given by its links
+(`fold_walk`, for `NetworkState.path`) takes the same step (`Folded.then`)
+hop by hop, in plain numbers.
 
 The folds (the `collapsar.model.Path` contract):
 - delay: sum of link delays;
@@ -21,61 +23,94 @@ The folds (the `collapsar.model.Path` contract):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from collapsar.conditions import NO_RATE, Conditions
 
+# One folded property of many paths (an array, one entry per path) or of
+# one path folded on its own (a plain number: numpy's cost per call would
+# be most of the work for a handful of hops).
+Values = Any
+# The fold of an empty path, property by property, and each one's array type.
+_START = (0, 0, 1.0, int(NO_RATE), 0, 0)
+_DTYPES = (np.int64, np.int64, np.float64, np.int64, np.int64, np.int8)
+
 
 @dataclass
 class Folded:
-    """Folded properties, one array per property, all of the same shape."""
+    """Folded properties, one value per property: arrays all of the same
+    shape, or plain numbers."""
 
-    delay_us: np.ndarray  # int64
-    jitter_sq: np.ndarray  # int64, sum of squared jitters (us^2)
-    keep: np.ndarray  # float64, prod(1 - loss)
-    rate_bps: np.ndarray  # int64, NO_RATE: unlimited
-    max_jitter: np.ndarray  # int64
-    dist_code: np.ndarray  # int8
+    delay_us: Values  # int64
+    jitter_sq: Values  # int64, sum of squared jitters (us^2)
+    keep: Values  # float64, prod(1 - loss)
+    rate_bps: Values  # int64, NO_RATE: unlimited
+    max_jitter: Values  # int64
+    dist_code: Values  # int8
 
     @classmethod
-    def identity(cls, shape: tuple[int, ...]) -> Folded:
-        """The fold of an empty path, the start of every path."""
-        return cls(
-            np.zeros(shape, np.int64),
-            np.zeros(shape, np.int64),
-            np.ones(shape, np.float64),
-            np.full(shape, NO_RATE, np.int64),
-            np.zeros(shape, np.int64),
-            np.zeros(shape, np.int8),
+    def identity(cls, shape: tuple[int, ...] | None) -> Folded:
+        """The fold of an empty path, the start of every path: arrays of
+        `shape`, or plain numbers (None)."""
+        if shape is None:
+            return cls(*_START)
+        return cls(*(np.full(shape, start, dtype) for start, dtype in zip(_START, _DTYPES)))
+
+    def then(
+        self, delay_us: Values, jitter_us: Values, loss_ratio: Values, rate_bps: Values, dist_code: Values
+    ) -> Folded:
+        """These paths, each followed by one more link with these properties
+        (arrays like the fold's, or numbers): the fold, written once."""
+        # Strictly larger: on a tie the link nearer the source keeps the say.
+        takes_over = jitter_us > self.max_jitter
+        return Folded(
+            self.delay_us + delay_us,
+            self.jitter_sq + jitter_us * jitter_us,
+            self.keep * (1.0 - loss_ratio),
+            _choose(rate_bps < self.rate_bps, rate_bps, self.rate_bps),  # the smaller
+            _choose(takes_over, jitter_us, self.max_jitter),
+            _choose(takes_over, dist_code, self.dist_code),
         )
 
-    def jitter_us(self) -> np.ndarray:
+    def jitter_us(self) -> Values:
         return np.rint(np.sqrt(self.jitter_sq)).astype(np.int64)
 
     def put_rows(self, index, other: Folded) -> None:
         for mine, theirs in zip(self._arrays(), other._arrays()):
             mine[index] = theirs
 
-    def _arrays(self) -> tuple[np.ndarray, ...]:
+    def _arrays(self) -> tuple[Values, ...]:
         return (self.delay_us, self.jitter_sq, self.keep, self.rate_bps, self.max_jitter, self.dist_code)
+
+
+def _choose(take: Values, new: Values, old: Values) -> Values:
+    """`new` where `take`, else `old`: element-wise for arrays."""
+    if isinstance(take, np.ndarray):
+        return np.where(take, new, old)
+    return new if take else old
+
+
+def _links(cond: Conditions, link: Values) -> tuple[Values, ...]:
+    """The properties of `link` (an id or an array of ids), in `Folded.then`'s order."""
+    return cond.delay_us[link], cond.jitter_us[link], cond.loss_ratio[link], cond.rate_bps[link], cond.dist_code[link]
 
 
 def _extend(parent: Folded, at: np.ndarray, link: np.ndarray, cond: Conditions) -> Folded:
     """The fold of each parent (flat positions `at`) followed by one link."""
-    jitter = cond.jitter_us[link]
-    max_before = parent.max_jitter.ravel()[at]
-    # Strictly larger: on a tie the link nearer the source keeps the say.
-    takes_over = jitter > max_before
-    return Folded(
-        parent.delay_us.ravel()[at] + cond.delay_us[link],
-        parent.jitter_sq.ravel()[at] + jitter * jitter,
-        parent.keep.ravel()[at] * (1.0 - cond.loss_ratio[link]),
-        np.minimum(parent.rate_bps.ravel()[at], cond.rate_bps[link]),
-        np.where(takes_over, jitter, max_before),
-        np.where(takes_over, cond.dist_code[link], parent.dist_code.ravel()[at]),
-    )
+    before = Folded(*(values.ravel()[at] for values in parent._arrays()))
+    return before.then(*_links(cond, link))
+
+
+def fold_walk(link_ids: Sequence[int], cond: Conditions) -> Folded:
+    """One path's fold from its link ids (source first), in plain numbers."""
+    folded = Folded.identity(None)
+    for link in zip(*(values.tolist() for values in _links(cond, np.asarray(link_ids, np.int64)))):
+        folded = folded.then(*link)
+    return folded
 
 
 def parent_column(link_src: np.ndarray, bridge_count: int) -> np.ndarray:
