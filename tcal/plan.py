@@ -166,23 +166,9 @@ def frame_wire_bytes(mtu_bytes: int, wire_overhead: bool) -> int:
 
 def htb_params(rate_bps: int | None, *, wire_overhead: bool, mtu_bytes: int = 1500, prio: int = DEST_PRIO) -> HtbParams:
     """rate = ceil, burst = cburst; rate_bps None means UNLIMITED_RATE_BPS.
-
-    With `wire_overhead` the htb rate is the frame share of the wire rate (see
-    the module docstring): rate x (mtu + 14) / (mtu + 38)."""
-    frame = mtu_bytes + ETH_HEADER_BYTES
-    if wire_overhead:
-        share = frame / (frame + ETH_WIRE_OVERHEAD_BYTES)
-        rate_bytes_ps = round((rate_bps or UNLIMITED_RATE_BPS) * share / 8) or 1
-        mpu = math.ceil(ETH_MIN_WIRE_BYTES * share)
-    else:
-        rate_bytes_ps, mpu = round((rate_bps or UNLIMITED_RATE_BPS) / 8) or 1, 0
-    burst = max(MIN_BURST_FRAMES * frame, math.ceil(rate_bytes_ps * BURST_TIME_US / 1e6))
-    # htb's buffer is a u32 of 64 ns ticks (274 s): below ~100 bit/s two frames
-    # take longer than that, so the burst shrinks to what fits (htb still sends
-    # the frame; its tokens just go negative for longer).
-    burst = min(burst, rate_bytes_ps * MAX_BURST_S)
-    buffer_ticks = math.ceil(burst * 1e9 / rate_bytes_ps / PSCHED_TICK_NS)
-    return HtbParams(rate_bytes_ps, burst, buffer_ticks, frame, 0, mpu, prio)
+    (`HtbCalculator` does the work; a tree keeps one per interface.)"""
+    params = HtbCalculator(wire_overhead=wire_overhead, mtu_bytes=mtu_bytes)(rate_bps)
+    return params if prio == DEST_PRIO else params._replace(prio=prio)
 
 
 def leaf_limit_pkts(rate_bps: int | None, delay_us: int, jitter_us: int, mtu_bytes: int = 1500) -> int:
@@ -196,23 +182,30 @@ def leaf_limit_pkts(rate_bps: int | None, delay_us: int, jitter_us: int, mtu_byt
 
 
 class HtbCalculator:
-    """`htb_params` with the per-interface constants worked out once: the
-    sharing loop computes hundreds of classes per 50 ms period."""
+    """The htb numbers of a class on one interface, with that interface's
+    constants worked out once: the sharing loop computes hundreds of
+    classes per 50 ms period.
 
-    __slots__ = ("share", "frame", "mpu", "min_burst", "wire_overhead", "mtu_bytes")
+    With `wire_overhead` the htb rate is the frame share of the wire rate (see
+    the module docstring): rate x (mtu + 14) / (mtu + 38).  Integer
+    arithmetic throughout but for that share, so the burst and the buffer
+    are rounded up exactly."""
+
+    __slots__ = ("share", "frame", "mpu", "min_burst")
 
     def __init__(self, *, wire_overhead: bool, mtu_bytes: int = 1500):
-        self.wire_overhead, self.mtu_bytes = wire_overhead, mtu_bytes
         self.frame = mtu_bytes + ETH_HEADER_BYTES
         self.share = self.frame / (self.frame + ETH_WIRE_OVERHEAD_BYTES) if wire_overhead else 1.0
         self.mpu = math.ceil(ETH_MIN_WIRE_BYTES * self.share) if wire_overhead else 0
         self.min_burst = MIN_BURST_FRAMES * self.frame
 
     def __call__(self, rate_bps: int | None) -> HtbParams:
-        if rate_bps is None or rate_bps < 10**6:  # the rare and the edge cases: the reference path
-            return htb_params(rate_bps, wire_overhead=self.wire_overhead, mtu_bytes=self.mtu_bytes)
-        rate_bytes_ps = round(rate_bps * self.share / 8)
+        rate_bytes_ps = round((rate_bps or UNLIMITED_RATE_BPS) * self.share / 8) or 1
         burst = max(self.min_burst, -(-rate_bytes_ps * BURST_TIME_US // 1_000_000))
+        # htb's buffer is a u32 of 64 ns ticks (274 s): below ~100 bit/s two frames
+        # take longer than that, so the burst shrinks to what fits (htb still sends
+        # the frame; its tokens just go negative for longer).
+        burst = min(burst, rate_bytes_ps * MAX_BURST_S)
         ticks = -(-burst * (10**9 // PSCHED_TICK_NS) // rate_bytes_ps)
         return HtbParams(rate_bytes_ps, burst, ticks, self.frame, 0, self.mpu, DEST_PRIO)
 
@@ -282,6 +275,7 @@ class TreePlan:
     mtu_bytes: int
     default_htb: HtbParams
     blackhole_leaf: LeafParams
+    htb: HtbCalculator  # this interface's: the tree computes every later class with it
     dests: list[DestPlan] = field(default_factory=list)
 
     def describe(self) -> list[str]:
@@ -340,12 +334,14 @@ def plan_tree(
         if s.dst_ip in seen:
             raise CollapsarError(f"destination {s.dst_ip} appears twice in one tree")
         seen.add(s.dst_ip)
+    htb = HtbCalculator(wire_overhead=wire_overhead, mtu_bytes=mtu_bytes)
     plan = TreePlan(
         wire_overhead,
         netem,
         mtu_bytes,
-        default_htb=htb_params(None, wire_overhead=wire_overhead, mtu_bytes=mtu_bytes, prio=DEFAULT_PRIO),
+        default_htb=htb(None)._replace(prio=DEFAULT_PRIO),
         blackhole_leaf=blackhole_leaf(netem),
+        htb=htb,
     )
     layout, minors = U32Layout(), MinorAllocator()
     for s in shapings:
@@ -353,7 +349,7 @@ def plan_tree(
             DestPlan(
                 s,
                 minors.take(),
-                htb_params(s.rate_bps, wire_overhead=wire_overhead, mtu_bytes=mtu_bytes),
+                htb(s.rate_bps),
                 leaf_params(s, netem=netem, mtu_bytes=mtu_bytes),
                 layout.place(s.dst_ip),
             )

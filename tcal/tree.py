@@ -40,7 +40,7 @@ from collapsar.tcal.layout import (
 )
 from collapsar.tcal.link import GsoLimit
 from collapsar.tcal.nlsock import KernelFailure, RouteSocket, interface_index, interface_mtu
-from collapsar.tcal.plan import HtbCalculator, HtbParams, LeafParams, Shaping, gso_max_segs, leaf_params, plan_tree
+from collapsar.tcal.plan import HtbParams, LeafParams, Shaping, gso_max_segs, leaf_params, plan_tree
 
 CHANGEABLE = frozenset({"rate_bps", "delay_us", "jitter_us", "distribution", "loss_ratio"})
 
@@ -107,7 +107,7 @@ class TcTree:
             raise CollapsarError(f"{self._where()}: setup called twice (teardown first)")
         self._mtu = interface_mtu(self.netns, self.ifname)
         plan = plan_tree(shapings, wire_overhead=self.wire_overhead, netem=self.netem, mtu_bytes=self._mtu)
-        self._htb_calc = HtbCalculator(wire_overhead=self.wire_overhead, mtu_bytes=self._mtu)
+        self._htb_calc = plan.htb
         self._ifindex = interface_index(self.netns, self.ifname)
         self._sock = RouteSocket(self.netns)
         # The root goes alone first: if the interface already has a root qdisc

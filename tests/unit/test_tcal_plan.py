@@ -11,7 +11,15 @@ from collapsar.tcal import Shaping, plan_tree
 from collapsar.tcal import nlmsg as m
 from collapsar.tcal.dist import NETEM_DIST_SCALE, TABLE_SIZE, table_bytes, table_values
 from collapsar.tcal.layout import U32Layout
-from collapsar.tcal.plan import HtbCalculator, LeafParams, gso_max_segs, htb_params, leaf_limit_pkts, leaf_params
+from collapsar.tcal.plan import (
+    HtbCalculator,
+    HtbParams,
+    LeafParams,
+    gso_max_segs,
+    htb_params,
+    leaf_limit_pkts,
+    leaf_params,
+)
 
 
 def test_limit_for_100mbit_at_200ms_holds_the_delay_line_with_headroom():
@@ -38,11 +46,11 @@ def test_htb_without_overhead_uses_the_plain_rate():
     assert (p.rate_bytes_ps, p.burst_bytes, p.buffer_ticks, p.mpu_bytes) == (1_250_000, 25_000, 312_500, 0)
 
 
-def test_calculator_agrees_with_htb_params():
-    for wire_overhead in (True, False):
-        calc = HtbCalculator(wire_overhead=wire_overhead, mtu_bytes=9000)
-        for rate in (None, 8, 999_999, 10**6, 123_456_789, 10**9, 37 * 10**9):
-            assert calc(rate) == htb_params(rate, wire_overhead=wire_overhead, mtu_bytes=9000)
+def test_htb_for_jumbo_frames_rounds_burst_and_buffer_up():
+    # 125 MB/s x 9014/9038 = 124_668_068.2 B/s; 20 ms of it = 2_493_361.4 B;
+    # 2_493_362 B at that rate = 312_500.2 ticks of 64 ns; mpu 84 x 9014/9038 = 83.8.
+    p = HtbCalculator(wire_overhead=True, mtu_bytes=9000)(10**9)
+    assert p == HtbParams(124_668_068, 2_493_362, 312_501, 9014, 0, 84, 1)
 
 
 def test_low_rate_burst_is_two_frames_unless_that_overflows_htbs_buffer():
