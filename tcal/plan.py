@@ -59,14 +59,14 @@ from __future__ import annotations
 import enum
 import ipaddress
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from collapsar.errors import CollapsarError
+from collapsar.model import DISTRIBUTIONS, SHAPING_FIELDS, JitterDistribution, LinkProps, ShapingRules
 from collapsar.tcal.layout import ROOT_MAJOR, MinorAllocator, U32Layout, U32Slot, classid, format_handle
 from collapsar.units import format_duration_us, format_rate_bps
-
-DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
 
 ETH_HEADER_BYTES = 14
 # Preamble + SFD (8) + FCS (4) + inter-frame gap (12): what a real link sends
@@ -100,14 +100,16 @@ DEFAULT_PRIO = 0  # control traffic goes before shaped traffic
 
 
 @dataclass(frozen=True)
-class Shaping:
-    """What one destination's path should look like, as seen from the sender."""
+class Shaping(ShapingRules):
+    """What one destination's path should look like, as seen from the sender:
+    the shaping record (collapsar.model.LinkProps, SHAPING_FIELDS) for one
+    address, checked as the kernel will need it."""
 
     dst_ip: str
     rate_bps: int | None
     delay_us: int = 0
     jitter_us: int = 0
-    distribution: str = "normal"
+    distribution: JitterDistribution = "normal"
     loss_ratio: float = 0.0
 
     def __post_init__(self) -> None:
@@ -116,13 +118,12 @@ class Shaping:
             ipaddress.IPv4Address(self.dst_ip)
         except ValueError:
             raise CollapsarError(f"{where}: expected an IPv4 address") from None
-        if self.rate_bps is not None and (not isinstance(self.rate_bps, int) or self.rate_bps < 8):
-            raise CollapsarError(f"{where}: rate_bps must be an integer >= 8 or None, got {self.rate_bps!r}")
+        check_rate(where, self.rate_bps)
         for name in ("delay_us", "jitter_us"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise CollapsarError(f"{where}: {name} must be an integer >= 0, got {value!r}")
-        if self.jitter_us and not self.delay_us:
+        if self.jitter_lacks_delay:
             raise CollapsarError(f"{where}: jitter needs a delay (jitter_us={self.jitter_us}, delay_us=0)")
         if self.distribution not in DISTRIBUTIONS:
             raise CollapsarError(
@@ -131,9 +132,21 @@ class Shaping:
         if not 0.0 <= self.loss_ratio <= 1.0:
             raise CollapsarError(f"{where}: loss_ratio must lie in [0, 1], got {self.loss_ratio!r}")
 
+    @classmethod
+    def of(cls, dst_ip: str, props: LinkProps) -> Shaping:
+        """The record `props` for the address `dst_ip`."""
+        return cls(dst_ip, **{name: getattr(props, name) for name in SHAPING_FIELDS})
+
     @property
-    def needs_netem(self) -> bool:
-        return bool(self.delay_us or self.jitter_us or self.loss_ratio)
+    def props(self) -> LinkProps:
+        """The shaping record, without the address."""
+        return LinkProps(**{name: getattr(self, name) for name in SHAPING_FIELDS})
+
+
+def check_rate(where: str, rate_bps: object) -> None:
+    """An htb rate: an integer of at least one byte per second, or None (unlimited)."""
+    if rate_bps is not None and (not isinstance(rate_bps, int) or rate_bps < 8):
+        raise CollapsarError(f"{where}: rate_bps must be an integer >= 8 or None, got {rate_bps!r}")
 
 
 class HtbParams(NamedTuple):
@@ -156,7 +169,7 @@ class LeafParams(NamedTuple):
     limit_pkts: int
     delay_us: int = 0
     jitter_us: int = 0
-    distribution: str = "normal"
+    distribution: JitterDistribution = "normal"
     loss_ratio: float = 0.0
 
 
@@ -327,7 +340,7 @@ def blackhole_leaf(netem: bool) -> LeafParams:
 
 
 def plan_tree(
-    shapings: list[Shaping], *, wire_overhead: bool = True, netem: bool = True, mtu_bytes: int = 1500
+    shapings: Sequence[Shaping], *, wire_overhead: bool = True, netem: bool = True, mtu_bytes: int = 1500
 ) -> TreePlan:
     seen: set[str] = set()
     for s in shapings:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
 from collapsar.errors import CollapsarError, KernelError
+from collapsar.model import JitterDistribution
 from collapsar.tcal import nlmsg as m
 from collapsar.tcal.check import netem_missing
 from collapsar.tcal.layout import (
@@ -40,7 +41,7 @@ from collapsar.tcal.layout import (
 )
 from collapsar.tcal.link import GsoLimit
 from collapsar.tcal.nlsock import KernelFailure, RouteSocket, interface_index, interface_mtu
-from collapsar.tcal.plan import HtbParams, LeafParams, Shaping, gso_max_segs, leaf_params, plan_tree
+from collapsar.tcal.plan import HtbParams, LeafParams, Shaping, check_rate, gso_max_segs, leaf_params, plan_tree
 
 CHANGEABLE = frozenset({"rate_bps", "delay_us", "jitter_us", "distribution", "loss_ratio"})
 
@@ -51,7 +52,7 @@ class ShapingChange(TypedDict, total=False):
     rate_bps: int | None
     delay_us: int
     jitter_us: int
-    distribution: str
+    distribution: JitterDistribution
     loss_ratio: float
 
 
@@ -187,7 +188,7 @@ class TcTree:
                         continue
                     sized = dest.sized_for_bps
                     if sized is None or (rate is not None and rate <= sized):
-                        _check_rate(ip, rate)
+                        check_rate(f"destination {ip}", rate)
                         reqs.append(
                             m.Request(
                                 m.RTM_NEWTCLASS,
@@ -487,11 +488,6 @@ def _limit_rate(dest: _Dest, new: Shaping) -> int | None:
     if new.rate_bps is None or dest.sized_for_bps is None:
         return None
     return max(new.rate_bps, dest.sized_for_bps)
-
-
-def _check_rate(ip: str, rate_bps: object) -> None:
-    if rate_bps is not None and (type(rate_bps) is not int or rate_bps < 8):
-        raise CollapsarError(f"destination {ip}: rate_bps must be an integer >= 8 or None, got {rate_bps!r}")
 
 
 def _with_rate(shaping: Shaping, rate_bps: int | None) -> Shaping:
