@@ -19,29 +19,19 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import TypedDict, Unpack
 
 from collapsar.errors import CollapsarError, KernelError
 from collapsar.model import JitterDistribution
 from collapsar.tcal import nlmsg as m
 from collapsar.tcal.check import netem_missing
-from collapsar.tcal.layout import (
-    BLACKHOLE_MINOR,
-    DEFAULT_MINOR,
-    ROOT_MAJOR,
-    U32_DIVISOR,
-    U32_LEVEL1_HTID,
-    MinorAllocator,
-    U32Layout,
-    U32Slot,
-    classid,
-    format_handle,
-)
+from collapsar.tcal.dest import Dest, Saved, put_back_all, saved, with_rate
+from collapsar.tcal.layout import ROOT_MAJOR, MinorAllocator, U32Layout, U32Slot, classid, format_handle
 from collapsar.tcal.link import GsoLimit
 from collapsar.tcal.nlsock import KernelFailure, RouteSocket, interface_index, interface_mtu
-from collapsar.tcal.plan import HtbParams, LeafParams, Shaping, check_rate, gso_max_segs, leaf_params, plan_tree
+from collapsar.tcal.plan import HtbCalculator, Shaping, check_rate, gso_max_segs, leaf_params, plan_tree
+from collapsar.tcal.requests import BLACKHOLE, ROOT, TreeRequests
 
 CHANGEABLE = frozenset({"rate_bps", "delay_us", "jitter_us", "distribution", "loss_ratio"})
 
@@ -56,40 +46,17 @@ class ShapingChange(TypedDict, total=False):
     loss_ratio: float
 
 
-ROOT = classid(ROOT_MAJOR, 0)
-BLACKHOLE = classid(ROOT_MAJOR, BLACKHOLE_MINOR)
-ROOT_LINK_HANDLE = (0x800 << 20) | 1  # node 1 of u32's root table 800:
-
-
-@dataclass
-class _Dest:
-    shaping: Shaping
-    minor: int
-    leaf: LeafParams
-    slot: U32Slot
-    template: m.ClassTemplate
-    table_sent: str | None  # distribution whose table the kernel holds for this leaf
-    cut: bool = False
-    sized_for_bps: int | None = 0  # the rate the leaf's limit was sized for (None: unlimited)
-    change_what: str = ""  # made once: error text of this destination's class changes
-
-    def __post_init__(self) -> None:
-        self.sized_for_bps = self.shaping.rate_bps
-        self.change_what = f"destination {self.shaping.dst_ip}: change class {format_handle(self.classid)}"
-
-    @property
-    def classid(self) -> int:
-        return classid(ROOT_MAJOR, self.minor)
-
-
 class TcTree:
+    """Nothing touches the kernel before `setup`."""
+
     def __init__(self, ifname: str, netns: str | None = None, wire_overhead: bool = True, netem: bool = True):
         self.ifname, self.netns = ifname, netns
         self.wire_overhead, self.netem = wire_overhead, netem
         self._sock: RouteSocket | None = None
-        self._ifindex = 0
+        self._requests = TreeRequests(0)  # for the interface's index, known at setup
         self._mtu = 1500
-        self._dests: dict[str, _Dest] = {}
+        self._htb = HtbCalculator(wire_overhead=wire_overhead, mtu_bytes=self._mtu)
+        self._dests: dict[str, Dest] = {}
         self._removed: dict[str, U32Slot] = {}  # filter kept, pointing at the blackhole
         self._layout = U32Layout()
         self._minors = MinorAllocator()
@@ -103,54 +70,32 @@ class TcTree:
     def shapings(self) -> dict[str, Shaping]:
         return {ip: d.shaping for ip, d in self._dests.items()}
 
-    def setup(self, shapings: list[Shaping]) -> None:
+    def setup(self, shapings: Sequence[Shaping]) -> None:
         if self._root_made:
             raise CollapsarError(f"{self._where()}: setup called twice (teardown first)")
         self._mtu = interface_mtu(self.netns, self.ifname)
         plan = plan_tree(shapings, wire_overhead=self.wire_overhead, netem=self.netem, mtu_bytes=self._mtu)
-        self._htb_calc = plan.htb
-        self._ifindex = interface_index(self.netns, self.ifname)
+        self._htb = plan.htb
+        self._requests = requests = TreeRequests(interface_index(self.netns, self.ifname))
         self._sock = RouteSocket(self.netns)
         # The root goes alone first: if the interface already has a root qdisc
         # (someone else's, perhaps even handle 1:), nothing of ours may land in it.
-        root = m.Request(
-            m.RTM_NEWQDISC, m.CREATE, m.htb_root(self._ifindex, ROOT, DEFAULT_MINOR), "create root qdisc 1: htb"
-        )
-        failures = self._socket.execute([root])
+        failures = self._socket.execute([requests.root()])
         if failures:
             self.teardown()
             self._raise(failures, "setup")
         self._root_made = True
-        self._gso = GsoLimit(self._sock, self._ifindex, self.ifname)
+        self._gso = GsoLimit(self._sock, requests.ifindex, self.ifname)
         self._limit_gso([s.rate_bps for s in shapings])
-        reqs = [
-            self._class_request(
-                classid(ROOT_MAJOR, DEFAULT_MINOR), plan.default_htb, m.CREATE, "create default class 1:1", None
-            ),
-            self._class_request(BLACKHOLE, plan.default_htb, m.CREATE, "create blackhole class 1:2", None),
-            self._leaf_request(BLACKHOLE_MINOR, plan.blackhole_leaf, True, m.CREATE, None),
-            m.Request(
-                m.RTM_NEWTFILTER,
-                m.CREATE,
-                m.u32_table(self._ifindex, ROOT, U32_LEVEL1_HTID, U32_DIVISOR),
-                "create u32 hash table 1:",
-            ),
-        ]
+        reqs = requests.base(plan)
         tables: set[int] = set()
         for d in plan.dests:
             self._layout.place(d.shaping.dst_ip)
             self._minors.claim(d.minor)
-            dest = _Dest(d.shaping, d.minor, d.leaf, d.slot, m.ClassTemplate(self._ifindex, d.classid, ROOT), None)
+            dest = Dest(d.shaping, d.minor, d.leaf, d.slot, m.ClassTemplate(requests.ifindex, d.classid, ROOT), None)
             reqs += self._create_dest(dest, tables)
             self._dests[d.shaping.dst_ip] = dest
-        reqs.append(
-            m.Request(
-                m.RTM_NEWTFILTER,
-                m.CREATE,
-                m.u32_link(self._ifindex, ROOT, ROOT_LINK_HANDLE, None, U32_LEVEL1_HTID, 0xFF00),
-                "create u32 root node 800::1 -> hash table 1:",
-            )
-        )
+        reqs.append(requests.root_link())
         failures = self._socket.execute(reqs)
         if failures:
             self.teardown()
@@ -177,8 +122,8 @@ class TcTree:
         a refusal puts the refused destinations back."""
         self._need_setup()
         reqs: list[m.Request] = []
-        undo: list[tuple[_Dest, tuple]] = []  # the state each changed destination had before
-        calc, dests = self._htb_calc, self._dests
+        undo: list[tuple[Dest, Saved]] = []  # the state each changed destination had before
+        calc, dests = self._htb, self._dests
         try:
             for ip, fields in changes.items():
                 dest = dests.get(ip) or self._dest(ip)
@@ -198,26 +143,26 @@ class TcTree:
                                 ip,
                             )
                         )
-                        undo.append((dest, _saved(dest)))
-                        dest.shaping = _with_rate(dest.shaping, rate)
+                        undo.append((dest, saved(dest)))
+                        dest.shaping = with_rate(dest.shaping, rate)
                         continue
-                saved = _saved(dest)
+                before = saved(dest)
                 self._stage(dest, fields, reqs)
-                undo.append((dest, saved))
+                undo.append((dest, before))
         except BaseException:  # a bad field: nothing is sent, nothing changes
-            _put_back_all(undo, None)
+            put_back_all(undo, None)
             raise
         if not reqs:
             return
 
         def then(failures: list[KernelFailure]) -> None:
             if failures:
-                _put_back_all(undo, {f.request.key for f in failures})
+                put_back_all(undo, {f.request.key for f in failures})
                 self._raise(failures, "change")
 
         self._socket.submit(reqs, then)
 
-    def _stage(self, dest: _Dest, fields: ShapingChange, reqs: list[m.Request]) -> None:
+    def _stage(self, dest: Dest, fields: ShapingChange, reqs: list[m.Request]) -> None:
         """The general change: any fields, class and leaf as needed.  The
         destination takes the new state at once (see change_many)."""
         ip = dest.shaping.dst_ip
@@ -232,12 +177,12 @@ class TcTree:
             reqs.append(
                 m.Request(m.RTM_NEWTCLASS, m.CHANGE, dest.template.body(self._htb(new.rate_bps)), dest.change_what, ip)
             )
-        leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu, limit_rate_bps=_limit_rate(dest, new))
+        leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu, limit_rate_bps=dest.limit_rate(new))
         leaf = leaf._replace(limit_pkts=max(leaf.limit_pkts, dest.leaf.limit_pkts))
         if leaf != dest.leaf:
             send_table = bool(leaf.jitter_us) and leaf.distribution != dest.table_sent
-            reqs.append(self._leaf_request(dest.minor, leaf, send_table, m.CHANGE, ip))
-            dest.sized_for_bps = _limit_rate(dest, new)
+            reqs.append(self._requests.leaf(dest.minor, leaf, send_table, m.CHANGE, ip))
+            dest.sized_for_bps = dest.limit_rate(new)
             dest.leaf = leaf
             if send_table:
                 dest.table_sent = leaf.distribution
@@ -251,7 +196,8 @@ class TcTree:
         leaf = leaf_params(shaping, netem=self.netem, mtu_bytes=self._mtu)
         slot = self._layout.place(ip)
         minor = self._minors.take()
-        dest = _Dest(shaping, minor, leaf, slot, m.ClassTemplate(self._ifindex, classid(ROOT_MAJOR, minor), ROOT), None)
+        template = m.ClassTemplate(self._requests.ifindex, classid(ROOT_MAJOR, minor), ROOT)
+        dest = Dest(shaping, minor, leaf, slot, template, None)
         tables: set[int] = set()
         removed_slot = self._removed.pop(ip, None)
         reqs = self._create_dest(dest, tables, reuse_filter=removed_slot is not None)
@@ -278,14 +224,8 @@ class TcTree:
         the blackhole, so its packets are dropped rather than sent unshaped."""
         dest = self._dest(dst_ip)
         reqs = [
-            self._filter_request(dest.slot, dst_ip, BLACKHOLE, f"destination {dst_ip}: point filter at blackhole"),
-            m.Request(
-                m.RTM_DELTCLASS,
-                0,
-                m.tcmsg(self._ifindex, dest.classid, ROOT),
-                f"destination {dst_ip}: delete class {format_handle(dest.classid)}",
-                dst_ip,
-            ),
+            self._requests.filter(dest.slot, dst_ip, BLACKHOLE, f"destination {dst_ip}: point filter at blackhole"),
+            self._requests.delete_class(dest),
         ]
         del self._dests[dst_ip]
         self._removed[dst_ip] = dest.slot
@@ -314,9 +254,7 @@ class TcTree:
             self._gso.restore()
             self._gso = None
         if self._root_made:
-            failures = self._sock.execute(
-                [m.Request(m.RTM_DELQDISC, 0, m.qdisc_delete(self._ifindex, ROOT, m.TC_H_ROOT), "delete root qdisc 1:")]
-            )
+            failures = self._sock.execute([self._requests.delete_root()])
             # Gone already (interface or namespace deleted under us) is what we wanted.
             real = [f for f in failures if f.errno not in (errno.ENOENT, errno.EINVAL, errno.ENODEV)]
             if real:
@@ -330,80 +268,15 @@ class TcTree:
 
     # --- requests ----------------------------------------------------------
 
-    def _create_dest(self, dest: _Dest, pending_tables: set[int], reuse_filter: bool = False) -> list[m.Request]:
+    def _create_dest(self, dest: Dest, pending_tables: set[int], reuse_filter: bool = False) -> list[m.Request]:
         """Requests that create the destination's class, leaf and filter node;
         second-level tables it needs are noted in `pending_tables`, to be
         recorded once the kernel has accepted them."""
-        ip = dest.shaping.dst_ip
-        reqs = [
-            self._class_request(
-                dest.classid,
-                self._htb(dest.shaping.rate_bps),
-                m.CREATE,
-                f"destination {ip}: create class {format_handle(dest.classid)}",
-                ip,
-            ),
-            self._leaf_request(dest.minor, dest.leaf, True, m.CREATE, ip),
-        ]
-        if reuse_filter:
-            reqs.append(self._filter_request(dest.slot, ip, dest.classid, f"destination {ip}: point filter at class"))
-            return reqs
         htid = dest.slot.level2_htid
-        new_table = htid not in self._level2 and htid not in pending_tables
+        new_table = not reuse_filter and htid not in self._level2 and htid not in pending_tables
         if new_table:
-            reqs.append(
-                m.Request(
-                    m.RTM_NEWTFILTER,
-                    m.CREATE,
-                    m.u32_table(self._ifindex, ROOT, htid, U32_DIVISOR),
-                    f"destination {ip}: create u32 hash table {htid:x}:",
-                    ip,
-                )
-            )
-        # The node goes in before its table is linked in: no packet meets a half-made table.
-        reqs.append(
-            m.Request(
-                m.RTM_NEWTFILTER,
-                m.CREATE,
-                m.u32_match(self._ifindex, ROOT, dest.slot, ip, dest.classid, create=True),
-                f"destination {ip}: create u32 node {_u32_handle(dest.slot.handle)}",
-                ip,
-            )
-        )
-        if new_table:
-            bucket = (U32_LEVEL1_HTID << 20) | (dest.slot.level1_bucket << 12)
-            reqs.append(
-                m.Request(
-                    m.RTM_NEWTFILTER,
-                    m.CREATE,
-                    m.u32_link(self._ifindex, ROOT, bucket | 1, bucket, htid, 0xFF),
-                    f"destination {ip}: link u32 bucket 1:{dest.slot.level1_bucket:x} -> table {htid:x}:",
-                    ip,
-                )
-            )
             pending_tables.add(htid)
-        return reqs
-
-    def _class_request(self, cid: int, htb: HtbParams, flags: int, what: str, key: str | None) -> m.Request:
-        return m.Request(m.RTM_NEWTCLASS, flags, m.ClassTemplate(self._ifindex, cid, ROOT).body(htb), what, key)
-
-    def _leaf_request(self, minor: int, leaf: LeafParams, with_table: bool, flags: int, key: str | None) -> m.Request:
-        verb = "create" if flags else "change"
-        who = f"destination {key}: " if key else ""
-        return m.Request(
-            m.RTM_NEWQDISC,
-            flags,
-            m.leaf_body(
-                self._ifindex, classid(minor, 0), classid(ROOT_MAJOR, minor), leaf, with_table and bool(leaf.jitter_us)
-            ),
-            f"{who}{verb} leaf {minor:x}: {leaf.kind}",
-            key,
-        )
-
-    def _filter_request(self, slot: U32Slot, ip: str, target: int, what: str) -> m.Request:
-        return m.Request(
-            m.RTM_NEWTFILTER, m.CHANGE, m.u32_match(self._ifindex, ROOT, slot, ip, target, create=False), what, ip
-        )
+        return self._requests.create_dest(dest, self._htb(dest.shaping.rate_bps), new_table, reuse_filter)
 
     def _point(self, dst_ip: str, cut: bool) -> None:
         dest = self._dest(dst_ip)
@@ -418,7 +291,7 @@ class TcTree:
 
         self._socket.submit(
             [
-                self._filter_request(
+                self._requests.filter(
                     dest.slot,
                     dst_ip,
                     target,
@@ -441,10 +314,7 @@ class TcTree:
             assert self._gso is not None, "setup() makes the GSO limit before any rate is set"
             self._gso.lower_to(segs)
 
-    def _htb(self, rate_bps: int | None) -> HtbParams:
-        return self._htb_calc(rate_bps)
-
-    def _dest(self, ip: str) -> _Dest:
+    def _dest(self, ip: str) -> Dest:
         self._need_setup()
         try:
             return self._dests[ip]
@@ -465,38 +335,3 @@ class TcTree:
                 raise netem_missing()
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         raise KernelError(f"{self._where()}: {operation}: {failures[0]}{more}")
-
-
-def _saved(dest: _Dest) -> tuple:
-    """What a change may alter in a destination (see _put_back)."""
-    return dest.shaping, dest.leaf, dest.sized_for_bps, dest.table_sent
-
-
-def _put_back(dest: _Dest, saved: tuple) -> None:
-    dest.shaping, dest.leaf, dest.sized_for_bps, dest.table_sent = saved
-
-
-def _put_back_all(undo: list[tuple[_Dest, tuple]], only: set[str | None] | None) -> None:
-    """Undo in reverse, so a destination changed twice ends at its first state."""
-    for dest, saved in reversed(undo):
-        if only is None or dest.shaping.dst_ip in only:
-            _put_back(dest, saved)
-
-
-def _limit_rate(dest: _Dest, new: Shaping) -> int | None:
-    """The rate the leaf's queue must hold: the highest the path has had (None: unlimited)."""
-    if new.rate_bps is None or dest.sized_for_bps is None:
-        return None
-    return max(new.rate_bps, dest.sized_for_bps)
-
-
-def _with_rate(shaping: Shaping, rate_bps: int | None) -> Shaping:
-    """`shaping` with another (checked) rate, without re-validating the fields that did not change."""
-    new = object.__new__(Shaping)
-    new.__dict__.update(shaping.__dict__)  # frozen: fill the copy's dict directly
-    new.__dict__["rate_bps"] = rate_bps
-    return new
-
-
-def _u32_handle(handle: int) -> str:
-    return f"{handle >> 20:x}:{(handle >> 12) & 0xFF:x}:{handle & 0xFFF:x}"

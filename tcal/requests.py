@@ -1,0 +1,147 @@
+"""The netlink requests of one interface's tree, made but not sent.
+
+`TreeRequests` turns the plan's numbers (collapsar.tcal.plan) and the
+handles (collapsar.tcal.layout) into `nlmsg.Request`s, each with the text an
+error about it will carry; `TcTree` decides which to send and when.
+"""
+
+from __future__ import annotations
+
+from collapsar.tcal import nlmsg as m
+from collapsar.tcal.dest import Dest
+from collapsar.tcal.layout import (
+    BLACKHOLE_MINOR,
+    DEFAULT_MINOR,
+    ROOT_MAJOR,
+    U32_DIVISOR,
+    U32_LEVEL1_HTID,
+    U32Slot,
+    classid,
+    format_handle,
+)
+from collapsar.tcal.plan import HtbParams, LeafParams, TreePlan
+
+ROOT = classid(ROOT_MAJOR, 0)
+DEFAULT = classid(ROOT_MAJOR, DEFAULT_MINOR)
+BLACKHOLE = classid(ROOT_MAJOR, BLACKHOLE_MINOR)
+ROOT_LINK_HANDLE = (0x800 << 20) | 1  # node 1 of u32's root table 800:
+
+
+class TreeRequests:
+    def __init__(self, ifindex: int):
+        self.ifindex = ifindex
+
+    def root(self) -> m.Request:
+        return m.Request(
+            m.RTM_NEWQDISC, m.CREATE, m.htb_root(self.ifindex, ROOT, DEFAULT_MINOR), "create root qdisc 1: htb"
+        )
+
+    def base(self, plan: TreePlan) -> list[m.Request]:
+        """Under the root: the default class, the blackhole and the u32 hash table 1:."""
+        return [
+            self.klass(DEFAULT, plan.default_htb, m.CREATE, "create default class 1:1", None),
+            self.klass(BLACKHOLE, plan.default_htb, m.CREATE, "create blackhole class 1:2", None),
+            self.leaf(BLACKHOLE_MINOR, plan.blackhole_leaf, True, m.CREATE, None),
+            m.Request(
+                m.RTM_NEWTFILTER,
+                m.CREATE,
+                m.u32_table(self.ifindex, ROOT, U32_LEVEL1_HTID, U32_DIVISOR),
+                "create u32 hash table 1:",
+            ),
+        ]
+
+    def root_link(self) -> m.Request:
+        """The last of setup: from then on packets reach the hash tables."""
+        return m.Request(
+            m.RTM_NEWTFILTER,
+            m.CREATE,
+            m.u32_link(self.ifindex, ROOT, ROOT_LINK_HANDLE, None, U32_LEVEL1_HTID, 0xFF00),
+            "create u32 root node 800::1 -> hash table 1:",
+        )
+
+    def delete_root(self) -> m.Request:
+        return m.Request(m.RTM_DELQDISC, 0, m.qdisc_delete(self.ifindex, ROOT, m.TC_H_ROOT), "delete root qdisc 1:")
+
+    def create_dest(self, dest: Dest, htb: HtbParams, new_table: bool, reuse_filter: bool) -> list[m.Request]:
+        """The destination's class, leaf and filter node; `new_table`: its
+        second-level hash table is made first (and linked in after the node);
+        `reuse_filter`: its node is there already (a removed destination
+        added again), pointed at the blackhole."""
+        ip = dest.shaping.dst_ip
+        what = f"destination {ip}: create class {format_handle(dest.classid)}"
+        reqs = [self.klass(dest.classid, htb, m.CREATE, what, ip), self.leaf(dest.minor, dest.leaf, True, m.CREATE, ip)]
+        if reuse_filter:
+            reqs.append(self.filter(dest.slot, ip, dest.classid, f"destination {ip}: point filter at class"))
+            return reqs
+        htid = dest.slot.level2_htid
+        if new_table:
+            reqs.append(
+                m.Request(
+                    m.RTM_NEWTFILTER,
+                    m.CREATE,
+                    m.u32_table(self.ifindex, ROOT, htid, U32_DIVISOR),
+                    f"destination {ip}: create u32 hash table {htid:x}:",
+                    ip,
+                )
+            )
+        # The node goes in before its table is linked in: no packet meets a half-made table.
+        reqs.append(
+            m.Request(
+                m.RTM_NEWTFILTER,
+                m.CREATE,
+                m.u32_match(self.ifindex, ROOT, dest.slot, ip, dest.classid, create=True),
+                f"destination {ip}: create u32 node {u32_handle(dest.slot.handle)}",
+                ip,
+            )
+        )
+        if new_table:
+            bucket = (U32_LEVEL1_HTID << 20) | (dest.slot.level1_bucket << 12)
+            reqs.append(
+                m.Request(
+                    m.RTM_NEWTFILTER,
+                    m.CREATE,
+                    m.u32_link(self.ifindex, ROOT, bucket | 1, bucket, htid, 0xFF),
+                    f"destination {ip}: link u32 bucket 1:{dest.slot.level1_bucket:x} -> table {htid:x}:",
+                    ip,
+                )
+            )
+        return reqs
+
+    def delete_class(self, dest: Dest) -> m.Request:
+        ip = dest.shaping.dst_ip
+        return m.Request(
+            m.RTM_DELTCLASS,
+            0,
+            m.tcmsg(self.ifindex, dest.classid, ROOT),
+            f"destination {ip}: delete class {format_handle(dest.classid)}",
+            ip,
+        )
+
+    def klass(self, cid: int, htb: HtbParams, flags: int, what: str, key: str | None) -> m.Request:
+        """An htb class made (flags m.CREATE) or changed (m.CHANGE)."""
+        return m.Request(m.RTM_NEWTCLASS, flags, m.ClassTemplate(self.ifindex, cid, ROOT).body(htb), what, key)
+
+    def leaf(self, minor: int, leaf: LeafParams, with_table: bool, flags: int, key: str | None) -> m.Request:
+        """A class's leaf qdisc made or changed; `with_table`: netem's
+        distribution table goes along (it has a jitter to shape)."""
+        verb = "create" if flags else "change"
+        who = f"destination {key}: " if key else ""
+        return m.Request(
+            m.RTM_NEWQDISC,
+            flags,
+            m.leaf_body(
+                self.ifindex, classid(minor, 0), classid(ROOT_MAJOR, minor), leaf, with_table and bool(leaf.jitter_us)
+            ),
+            f"{who}{verb} leaf {minor:x}: {leaf.kind}",
+            key,
+        )
+
+    def filter(self, slot: U32Slot, ip: str, target: int, what: str) -> m.Request:
+        """The destination's u32 node pointed at `target` (its class, or the blackhole)."""
+        return m.Request(
+            m.RTM_NEWTFILTER, m.CHANGE, m.u32_match(self.ifindex, ROOT, slot, ip, target, create=False), what, ip
+        )
+
+
+def u32_handle(handle: int) -> str:
+    return f"{handle >> 20:x}:{(handle >> 12) & 0xFF:x}:{handle & 0xFFF:x}"
