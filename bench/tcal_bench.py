@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "kernel"))
 from tcal_traffic import ETHERNET_GOODPUT_RATIO, Iperf  # noqa: E402  (shared with the kernel tests)
 
-from collapsar.tcal import Shaping, TcTree  # noqa: E402
+from collapsar.tcal import Shaping, ShapingChange, TcTree  # noqa: E402
 
 RATES_BPS = [1_000_000, 10_000_000, 100_000_000, 1_000_000_000]
 N_DESTS = 1000
@@ -102,7 +102,8 @@ def change_and_setup_times(runs: int) -> dict:
             setup_s.append(time.perf_counter() - t0)
             if len(setup_s) == 3:
                 for k in range(runs):
-                    changes = {ip: {"rate_bps": 1_000_000 * (2 + (i + k) % 97)} for i, ip in enumerate(ips)}
+                    rates = {ip: 1_000_000 * (2 + (i + k) % 97) for i, ip in enumerate(ips)}
+                    changes = {ip: ShapingChange.of(rate_bps=rate) for ip, rate in rates.items()}
                     w0, c0 = time.perf_counter(), time.process_time()
                     tree.change_many(changes)
                     wall_s.append(time.perf_counter() - w0)

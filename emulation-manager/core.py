@@ -4,10 +4,11 @@ A core owns the TCAL tree on the instance's interface (inside its network
 namespace; the eBPF counters are read separately, in measure/throughput.py).  It
 installs the collapsed paths at t=0 and turns every later path change into
 the smallest TCAL call:
-`change`/`change_many` for property changes (in place, never delete+add),
+`change_many` for property changes (in place, never delete+add),
 `cut`/`restore` when a path disappears or comes back, `add` for a destination
-first seen after t=0.  The TCAL classes are passed in, so unit tests can run
-a core against a fake tree.
+first seen after t=0.  The tree is made by the factory passed in
+(collapsar.tcal.contract.TreeFactory), so unit tests run a core against a
+fake tree; what t=0 installs is the core's `plan`, which `--dry-run` prints.
 
 The sharing loop (sharing/loop.py) narrows a destination with an `Override`
 (its allowed share, its congestion loss) on top of the configured path; the
@@ -17,21 +18,18 @@ and what the tree holds is always `effective(path, override)`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, replace
 
-from collapsar.model import Path
+from collapsar.errors import CollapsarError
+from collapsar.model import LinkProps, Path
+from collapsar.tcal.contract import ShapingChange, ShapingTree, TreeFactory
+from collapsar.tcal.plan import Shaping
 
-SHAPED_FIELDS = ("rate_bps", "delay_us", "jitter_us", "distribution", "loss_ratio")
 
-
-def needs_netem(paths) -> bool:
+def needs_netem(paths: Iterable[Path | None]) -> bool:
     """netem is needed only for delay, jitter or loss; htb alone does rates."""
-    return any(p is not None and (p.delay_us or p.jitter_us or p.loss_ratio) for p in paths)
-
-
-def shaping_fields(path: Path) -> dict[str, object]:
-    return {name: getattr(path, name) for name in SHAPED_FIELDS}
+    return any(p is not None and p.needs_netem for p in paths)
 
 
 @dataclass(frozen=True)
@@ -42,15 +40,31 @@ class Override:
     loss_ratio: float = 0.0  # congestion loss, compounded with the path's loss
 
 
-def effective_fields(path: Path, override: Override | None, netem: bool) -> dict[str, object]:
-    fields = shaping_fields(path)
+def effective(path: Path, override: Override | None, netem: bool) -> LinkProps:
+    """What a destination's class holds: its path, narrowed by its override."""
+    props = path.props
     if override is None:
-        return fields
+        return props
+    rate, loss = props.rate_bps, props.loss_ratio
     if override.rate_bps is not None:
-        fields["rate_bps"] = override.rate_bps if path.rate_bps is None else min(path.rate_bps, override.rate_bps)
+        rate = override.rate_bps if rate is None else min(rate, override.rate_bps)
     if override.loss_ratio and netem:  # without netem there is no loss to set
-        fields["loss_ratio"] = 1.0 - (1.0 - path.loss_ratio) * (1.0 - override.loss_ratio)
-    return fields
+        loss = 1.0 - (1.0 - loss) * (1.0 - override.loss_ratio)
+    return replace(props, rate_bps=rate, loss_ratio=loss)
+
+
+PLACEHOLDER = LinkProps()  # a class made only to be cut: unlimited, no delay
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    """What `install` hands the tree at t=0, destination by destination: the
+    record its class is made with, and whether it is cut right after (no path:
+    a placeholder class, so that its packets are dropped rather than falling
+    into the unshaped default class)."""
+
+    shapings: tuple[Shaping, ...]
+    cut: tuple[str, ...]  # destination instances, in the order of `shapings`
 
 
 class EmulationCore:
@@ -59,86 +73,102 @@ class EmulationCore:
         instance: str,
         ifname: str,
         netns: str,
-        ip_of: dict[str, str],
-        tree_factory: Callable[..., object],
-        shaping_type: type,
+        ip_of: Mapping[str, str],
+        tree_factory: TreeFactory,
+        shaping_type: type[Shaping],
         netem: bool,
         wire_overhead: bool,
     ):
         self.instance = instance
+        self.ifname, self.netns = ifname, netns
         self.ip_of = ip_of
-        self.netem = netem
+        self.netem, self.wire_overhead = netem, wire_overhead
+        self._tree_factory = tree_factory
         self._shaping_type = shaping_type
-        self.tree = tree_factory(ifname, netns=netns, wire_overhead=wire_overhead, netem=netem)
+        self._tree: ShapingTree | None = None  # made by install
         # dst instance -> the properties its class carries (None: a placeholder
         # class made only to be cut); `cut` holds destinations now dropped.
         self.shaped: dict[str, Path | None] = {}
         self.cut: set[str] = set()
         self.overrides: dict[str, Override] = {}
-        # dst -> the fields its class holds in the tree (absent: placeholder)
-        self._in_tree: dict[str, dict[str, object]] = {}
+        # dst -> the record its class holds in the tree (absent: placeholder)
+        self._in_tree: dict[str, LinkProps] = {}
 
-    def _shaping(self, dst: str, path: Path):
-        fields = effective_fields(path, self.overrides.get(dst), self.netem)
-        self._in_tree[dst] = fields
-        return self._shaping_type(self.ip_of[dst], **fields)
+    @property
+    def tree(self) -> ShapingTree:
+        if self._tree is None:
+            raise CollapsarError(f"instance {self.instance}: its core is not installed")
+        return self._tree
 
-    def _diff(self, dst: str, path: Path) -> dict[str, object]:
-        """The fields to change so that dst's class holds the effective values."""
-        new = effective_fields(path, self.overrides.get(dst), self.netem)
-        old = self._in_tree.get(dst)
-        self._in_tree[dst] = new
-        return {k: v for k, v in new.items() if old is None or old[k] != v}
-
-    def install(self, paths: dict[str, Path | None]) -> None:
-        """t=0: one class per destination.  An unreachable destination gets a
-        cut class too: without one its packets would fall into the unshaped
-        default class instead of being dropped."""
-        others = {d: p for d, p in paths.items() if d != self.instance}
-        # One setup for all (the TCAL batches it); placeholders are cut after.
-        self.tree.setup(
-            [
-                self._shaping(dst, path) if path is not None else self._shaping_type(self.ip_of[dst], None)
-                for dst, path in others.items()
-            ]
-        )
-        self.shaped = dict(others)
-        for dst, path in others.items():
+    def plan(self, paths: Mapping[str, Path | None]) -> InstallPlan:
+        """What `install(paths)` puts in the tree; changes nothing."""
+        shapings, cut = [], []
+        for dst, path in paths.items():
+            if dst == self.instance:
+                continue
             if path is None:
-                self.tree.cut(self.ip_of[dst])
-                self.cut.add(dst)
+                cut.append(dst)
+            props = PLACEHOLDER if path is None else effective(path, self.overrides.get(dst), self.netem)
+            shapings.append(self._shaping_type.of(self.ip_of[dst], props))
+        return InstallPlan(tuple(shapings), tuple(cut))
 
-    def _add_cut(self, dst: str) -> None:
-        self.tree.add(self._shaping_type(self.ip_of[dst], None))
-        self.tree.cut(self.ip_of[dst])
-        self.shaped[dst] = None
-        self.cut.add(dst)
+    def install(self, paths: Mapping[str, Path | None]) -> None:
+        """t=0: one class per destination, in one setup (the TCAL batches it);
+        the placeholders are cut after."""
+        plan = self.plan(paths)
+        self._tree = self._tree_factory(
+            self.ifname, netns=self.netns, wire_overhead=self.wire_overhead, netem=self.netem
+        )
+        self._tree.setup(plan.shapings)
+        self.shaped = {dst: path for dst, path in paths.items() if dst != self.instance}
+        self._in_tree = {dst: self._effective(dst, path) for dst, path in self.shaped.items() if path is not None}
+        for dst in plan.cut:
+            self._tree.cut(self.ip_of[dst])
+            self.cut.add(dst)
 
-    def apply(self, changes: dict[str, Path | None]) -> None:
+    def _add(self, dst: str, path: Path | None) -> None:
+        """A destination first seen after t=0: its class, cut at once if it has no path."""
+        props = PLACEHOLDER if path is None else self._effective(dst, path)
+        self.tree.add(self._shaping_type.of(self.ip_of[dst], props))
+        self.shaped[dst] = path
+        if path is None:
+            self.tree.cut(self.ip_of[dst])
+            self.cut.add(dst)
+        else:
+            self._in_tree[dst] = props
+
+    def _effective(self, dst: str, path: Path) -> LinkProps:
+        return effective(path, self.overrides.get(dst), self.netem)
+
+    def _change(self, dst: str, path: Path) -> ShapingChange:
+        """The change that makes dst's class hold its effective values."""
+        new = self._effective(dst, path)
+        change = ShapingChange.between(self._in_tree.get(dst), new)
+        self._in_tree[dst] = new
+        return change
+
+    def apply(self, changes: Mapping[str, Path | None]) -> None:
         """New paths for some destinations (None: unreachable or cut)."""
-        batch: dict[str, dict[str, object]] = {}
+        batch: dict[str, ShapingChange] = {}
         restore: list[str] = []
         for dst, new in changes.items():
             if dst == self.instance:
                 continue
             ip = self.ip_of[dst]
+            if dst not in self.shaped:
+                self._add(dst, new)
+                continue
             if new is None:
-                if dst not in self.shaped:
-                    self._add_cut(dst)
-                elif dst not in self.cut:
+                if dst not in self.cut:
                     self.tree.cut(ip)
                     self.cut.add(dst)
-                continue
-            if dst not in self.shaped:
-                self.tree.add(self._shaping(dst, new))
-                self.shaped[dst] = new
                 continue
             if dst in self.cut:
                 restore.append(ip)
                 self.cut.discard(dst)
-            diff = self._diff(dst, new)
-            if diff:
-                batch[ip] = diff
+            change = self._change(dst, new)
+            if change.fields:
+                batch[ip] = change
             self.shaped[dst] = new
         # A cut class takes its new values first and only then gets its
         # packets back (the TCAL's restore re-points the filter, nothing
@@ -148,11 +178,11 @@ class EmulationCore:
         for ip in restore:
             self.tree.restore(ip)
 
-    def set_overrides(self, changes: dict[str, Override | None]) -> None:
+    def set_overrides(self, changes: Mapping[str, Override | None]) -> None:
         """New shares for some destinations (None: back to the path alone),
         one batched change.  A cut destination keeps its override for when
         it is restored."""
-        batch: dict[str, dict[str, object]] = {}
+        batch: dict[str, ShapingChange] = {}
         for dst, override in changes.items():
             if override is None or override == Override():
                 self.overrides.pop(dst, None)
@@ -161,31 +191,32 @@ class EmulationCore:
             path = self.shaped.get(dst)
             if path is None or dst in self.cut:
                 continue
-            diff = self._diff(dst, path)
-            if diff:
-                batch[self.ip_of[dst]] = diff
+            change = self._change(dst, path)
+            if change.fields:
+                batch[self.ip_of[dst]] = change
         if batch:
             self.tree.change_many(batch)
 
     def effective(self, dst: str) -> dict[str, object] | None:
-        """The fields dst's class holds now (None: cut or a placeholder)."""
+        """The fields dst's class holds now, by name (None: cut or a placeholder)."""
         if dst in self.cut or self.shaped.get(dst) is None:
             return None
-        return dict(self._in_tree[dst])
+        return asdict(self._in_tree[dst])
 
     def configured(self) -> dict[str, Path | None]:
         """dst instance -> the path in force (None: cut)."""
         return {d: (None if d in self.cut else p) for d, p in self.shaped.items()}
 
     def teardown(self) -> None:
-        self.tree.teardown()
+        if self._tree is not None:
+            self._tree.teardown()
 
 
 class RealTcal:
     """The TCAL entry points a run uses (local and container mode alike),
     imported only when a run starts: unit tests pass fakes instead."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         from collapsar.tcal import Shaping, TcTree, check_kernel
 
         self.Shaping, self.TcTree, self.check_kernel = Shaping, TcTree, check_kernel

@@ -20,12 +20,11 @@ from __future__ import annotations
 import dataclasses
 import errno
 from collections.abc import Mapping, Sequence
-from typing import TypedDict, Unpack
 
 from collapsar.errors import CollapsarError, KernelError
-from collapsar.model import JitterDistribution
 from collapsar.tcal import nlmsg as m
 from collapsar.tcal.check import netem_missing
+from collapsar.tcal.contract import ShapingChange
 from collapsar.tcal.dest import Dest, Saved, put_back_all, saved, with_rate
 from collapsar.tcal.layout import ROOT_MAJOR, MinorAllocator, U32Layout, U32Slot, classid, format_handle
 from collapsar.tcal.link import GsoLimit
@@ -33,21 +32,10 @@ from collapsar.tcal.nlsock import KernelFailure, RouteSocket, interface_index, i
 from collapsar.tcal.plan import HtbCalculator, Shaping, check_rate, gso_max_segs, leaf_params, plan_tree
 from collapsar.tcal.requests import BLACKHOLE, ROOT, TreeRequests
 
-CHANGEABLE = frozenset({"rate_bps", "delay_us", "jitter_us", "distribution", "loss_ratio"})
-
-
-class ShapingChange(TypedDict, total=False):
-    """The Shaping fields a change sets (CHANGEABLE); a field left out keeps its value."""
-
-    rate_bps: int | None
-    delay_us: int
-    jitter_us: int
-    distribution: JitterDistribution
-    loss_ratio: float
-
 
 class TcTree:
-    """Nothing touches the kernel before `setup`."""
+    """Keeps the contract of collapsar.tcal.contract.ShapingTree on the kernel.
+    Nothing touches the kernel before `setup`."""
 
     def __init__(self, ifname: str, netns: str | None = None, wire_overhead: bool = True, netem: bool = True):
         self.ifname, self.netns = ifname, netns
@@ -104,8 +92,13 @@ class TcTree:
         for dest in self._dests.values():
             dest.table_sent = dest.leaf.distribution if dest.leaf.jitter_us else None
 
-    def change(self, dst_ip: str, **fields: Unpack[ShapingChange]) -> None:
-        self.change_many({dst_ip: fields})
+    def change(self, dst_ip: str, **values: object) -> None:
+        """One destination's change, by field name: `change(ip, rate_bps=10**6)`."""
+        try:
+            change = ShapingChange.of(**values)
+        except CollapsarError as exc:
+            raise CollapsarError(f"{self._where()}: destination {dst_ip}: {exc}") from None
+        self.change_many({dst_ip: change})
 
     def change_many(self, changes: Mapping[str, ShapingChange]) -> None:
         """Apply every change in one batch; destinations whose requests all
@@ -125,10 +118,10 @@ class TcTree:
         undo: list[tuple[Dest, Saved]] = []  # the state each changed destination had before
         calc, dests = self._htb, self._dests
         try:
-            for ip, fields in changes.items():
+            for ip, change in changes.items():
                 dest = dests.get(ip) or self._dest(ip)
-                if len(fields) == 1 and "rate_bps" in fields:
-                    rate = fields["rate_bps"]
+                if change.rate_only:
+                    rate = change.record.rate_bps
                     if rate == dest.shaping.rate_bps:
                         continue
                     sized = dest.sized_for_bps
@@ -147,7 +140,7 @@ class TcTree:
                         dest.shaping = with_rate(dest.shaping, rate)
                         continue
                 before = saved(dest)
-                self._stage(dest, fields, reqs)
+                self._stage(dest, change, reqs)
                 undo.append((dest, before))
         except BaseException:  # a bad field: nothing is sent, nothing changes
             put_back_all(undo, None)
@@ -162,17 +155,11 @@ class TcTree:
 
         self._socket.submit(reqs, then)
 
-    def _stage(self, dest: Dest, fields: ShapingChange, reqs: list[m.Request]) -> None:
+    def _stage(self, dest: Dest, change: ShapingChange, reqs: list[m.Request]) -> None:
         """The general change: any fields, class and leaf as needed.  The
         destination takes the new state at once (see change_many)."""
         ip = dest.shaping.dst_ip
-        unknown = set(fields) - CHANGEABLE
-        if unknown:
-            raise CollapsarError(
-                f"{self._where()}: destination {ip}: cannot change {sorted(unknown)}; "
-                f"expected some of {sorted(CHANGEABLE)}"
-            )
-        new = dataclasses.replace(dest.shaping, **fields)
+        new = dataclasses.replace(dest.shaping, **change.values())
         if new.rate_bps != dest.shaping.rate_bps:
             reqs.append(
                 m.Request(m.RTM_NEWTCLASS, m.CHANGE, dest.template.body(self._htb(new.rate_bps)), dest.change_what, ip)

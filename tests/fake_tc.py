@@ -1,14 +1,18 @@
 """The one fake TCAL tree of the tests: the contract of collapsar.tcal's
-TcTree, kept in memory.  It checks its inputs as strictly as the real tree is
-documented to (unknown destinations, delay without netem), so a manager bug
-shows up in the unit tier rather than in the kernel tier.  Unit tests read
-its calls; the multi-manager harness (share_peer.py) reads its classes."""
+trees (collapsar.tcal.contract.ShapingTree), kept in memory.  It checks its
+inputs as strictly as the real tree is documented to (unknown destinations,
+delay without netem), so a manager bug shows up in the unit tier rather than
+in the kernel tier.  Unit tests read its calls (a change is recorded as the
+fields it sets, by name); the multi-manager harness (share_peer.py) reads
+its classes."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 
 from collapsar.errors import CollapsarError
+from collapsar.tcal.contract import ShapingChange
 from collapsar.tcal.plan import Shaping
 
 
@@ -26,14 +30,14 @@ class FakeTree:
         FakeTree.made.append(self)
 
     def _check_netem(self, shaping: Shaping) -> None:
-        if not self.netem and (shaping.delay_us or shaping.jitter_us or shaping.loss_ratio):
+        if not self.netem and shaping.needs_netem:
             raise CollapsarError(f"destination {shaping.dst_ip}: needs netem")
 
     def _need(self, dst_ip: str) -> None:
         if dst_ip not in self.shapings:
             raise CollapsarError(f"destination {dst_ip}: not in the tree")
 
-    def setup(self, shapings):
+    def setup(self, shapings: Sequence[Shaping]) -> None:
         assert not self.is_setup, "setup twice"
         for s in shapings:
             self._check_netem(s)
@@ -41,7 +45,7 @@ class FakeTree:
         self.is_setup = True
         self.calls.append(("setup", tuple(s.dst_ip for s in shapings)))
 
-    def add(self, shaping):
+    def add(self, shaping: Shaping) -> None:
         assert self.is_setup
         if shaping.dst_ip in self.shapings:
             raise CollapsarError(f"destination {shaping.dst_ip}: already in the tree")
@@ -49,31 +53,31 @@ class FakeTree:
         self.shapings[shaping.dst_ip] = shaping
         self.calls.append(("add", shaping.dst_ip))
 
-    def change_many(self, changes):
-        for ip, fields in changes.items():
+    def change_many(self, changes: Mapping[str, ShapingChange]) -> None:
+        for ip, change in changes.items():
             self._need(ip)
-            new = dataclasses.replace(self.shapings[ip], **fields)
+            new = dataclasses.replace(self.shapings[ip], **change.values())
             self._check_netem(new)
             self.shapings[ip] = new
-        self.calls.append(("change_many", {ip: dict(f) for ip, f in changes.items()}))
+        self.calls.append(("change_many", {ip: change.values() for ip, change in changes.items()}))
 
-    def change(self, dst_ip, **fields):
-        self.change_many({dst_ip: fields})
+    def change(self, dst_ip: str, **values: object) -> None:
+        self.change_many({dst_ip: ShapingChange.of(**values)})
 
-    def cut(self, dst_ip):
+    def cut(self, dst_ip: str) -> None:
         self._need(dst_ip)
         self.cut_ips.add(dst_ip)
         self.calls.append(("cut", dst_ip))
 
-    def restore(self, dst_ip):
+    def restore(self, dst_ip: str) -> None:
         self._need(dst_ip)
         self.cut_ips.discard(dst_ip)
         self.calls.append(("restore", dst_ip))
 
-    def remove(self, dst_ip):
+    def remove(self, dst_ip: str) -> None:
         self._need(dst_ip)
         del self.shapings[dst_ip]
         self.calls.append(("remove", dst_ip))
 
-    def teardown(self):
+    def teardown(self) -> None:
         self.calls.append(("teardown",))

@@ -12,7 +12,7 @@ from tcal_traffic import classes, filters, run
 
 from collapsar.errors import KernelError
 from collapsar.manager.local.supervisor import Launch, Supervisor
-from collapsar.tcal import Shaping, nlsock
+from collapsar.tcal import Shaping, ShapingChange, nlsock
 from collapsar.tcal.prepared import PreparedStep
 
 pytestmark = pytest.mark.timing  # changes must reach the kernel at their deadline
@@ -39,7 +39,7 @@ def test_queued_changes_reach_the_kernel_at_the_deadline_in_every_namespace(tree
     t2.cut(b2)
     deadline = time.monotonic_ns() + AHEAD_NS
     with PreparedStep(deadline) as step:
-        t1.change_many({a1: {"rate_bps": 20_000_000}, b1: {"rate_bps": 5_000_000}})
+        t1.change_many({a1: ShapingChange.of(rate_bps=20_000_000), b1: ShapingChange.of(rate_bps=5_000_000)})
         t2.restore(b2)
         t2.cut(a2)
     # The trees hold the new state at once (later calls of the step build on it) ...
@@ -79,8 +79,8 @@ def test_a_refused_request_puts_back_only_its_destination(trees, monkeypatch, ba
         ns=pair.src_ns,
     )
     with PreparedStep(time.monotonic_ns()) as step:  # lower rates: class messages only
-        tree.change_many({a: {"rate_bps": 5_000_000}})  # two submits: each must get its own refusals
-        tree.change_many({b: {"rate_bps": 8_000_000}})
+        tree.change_many({a: ShapingChange.of(rate_bps=5_000_000)})  # two submits: each must get its own refusals
+        tree.change_many({b: ShapingChange.of(rate_bps=8_000_000)})
     _, _, errors = step.fire()
     assert len(errors) == 1 and isinstance(errors[0], KernelError)
     assert f"destination {b}: change class 1:11" in str(errors[0]) and "ENOENT" in str(errors[0])
@@ -122,7 +122,7 @@ def test_other_threads_run_while_a_step_waits_for_its_deadline(trees):
     try:
         time.sleep(0.02)
         with PreparedStep(time.monotonic_ns() + 200_000_000) as step:
-            tree.change_many({pair.dst_ips[0]: {"rate_bps": 20_000_000}})
+            tree.change_many({pair.dst_ips[0]: ShapingChange.of(rate_bps=20_000_000)})
         before = counted[0]
         _, _, errors = step.fire()
         during = counted[0] - before
@@ -171,7 +171,7 @@ def test_without_the_library_nothing_is_sent_and_the_trees_go_back(trees, tmp_pa
     monkeypatch.setattr(prepared, "LIBRARY_PATH", tmp_path / "libcxfire.so")
     monkeypatch.setattr(prepared, "_lib", None)
     with PreparedStep(time.monotonic_ns()) as step:
-        tree.change_many({a: {"rate_bps": 5_000_000}})
+        tree.change_many({a: ShapingChange.of(rate_bps=5_000_000)})
     _, _, errors = step.fire()
     assert isinstance(errors[0], EnvironmentProblem) and "run `make -C tcal`" in str(errors[0])
     assert len(errors) == 2 and "ENOPKG" in str(errors[1])  # the tree's own refusal, naming the class

@@ -12,7 +12,7 @@ import pytest
 from tcal_traffic import ETHERNET_GOODPUT_RATIO, Iperf, classes, filters, ping_loss, qdisc_kinds, run, send_udp
 
 from collapsar.errors import CollapsarError, EnvironmentProblem, KernelError
-from collapsar.tcal import Shaping, check_kernel
+from collapsar.tcal import Shaping, ShapingChange, check_kernel
 
 pytestmark = pytest.mark.timing  # goodput through the classes, measured with iperf3
 
@@ -151,7 +151,7 @@ def test_change_many_on_1000_destinations(tree_factory):
     pair, tree = tree_factory(n_dst=1)
     ips = [f"10.{50 + i // 65536}.{i // 256 % 256}.{i % 256}" for i in range(1000)]
     tree.setup([Shaping(ip, 10_000_000) for ip in ips])
-    tree.change_many({ip: {"rate_bps": 1_000_000 * (1 + i % 7)} for i, ip in enumerate(ips)})
+    tree.change_many({ip: ShapingChange.of(rate_bps=1_000_000 * (1 + i % 7)) for i, ip in enumerate(ips)})
     got = classes(pair.src_ns, pair.src_if)
     assert len(got) == 1002
     expected = {1: "984392bit", 2: "1968Kbit", 7: "6890Kbit"}

@@ -1,0 +1,110 @@
+"""What a tc tree promises its user: the `ShapingTree` protocol, the typed
+`ShapingChange` it takes, and the `TreeFactory` that makes one.
+
+The emulation core (collapsar.manager.core) is written against this
+contract; `collapsar.tcal.TcTree` keeps it on the kernel, and the tests'
+`FakeTree` (tests/fake_tc.py) keeps it in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from collapsar.errors import CollapsarError
+from collapsar.model import SHAPING_FIELDS, LinkProps
+from collapsar.tcal.plan import Shaping
+
+ALL_FIELDS = frozenset(SHAPING_FIELDS)
+RATE_ONLY = frozenset({"rate_bps"})
+
+
+@dataclass(frozen=True)
+class ShapingChange:
+    """New values for some of one destination's shaping fields: `fields`
+    names them and `record` carries them (its other fields are not part of
+    the change).  A change from the core sets the fields that differ from
+    what the class holds, or all of them when it does not know what the
+    class holds (one made as a placeholder)."""
+
+    record: LinkProps
+    fields: frozenset[str]
+
+    def __post_init__(self) -> None:
+        _known(self.fields)
+
+    @classmethod
+    def of(cls, **values: Any) -> ShapingChange:
+        """A change by field name: `ShapingChange.of(rate_bps=10**6)`."""
+        fields = _known(frozenset(values))
+        return cls(LinkProps(**values), fields)
+
+    @classmethod
+    def between(cls, old: LinkProps | None, new: LinkProps) -> ShapingChange:
+        """From `old` (None: not known) to `new`; no fields when they are equal."""
+        if old is None:
+            return cls(new, ALL_FIELDS)
+        return cls(new, frozenset(name for name in SHAPING_FIELDS if getattr(old, name) != getattr(new, name)))
+
+    @property
+    def rate_only(self) -> bool:
+        """Only the rate changes: the sharing loop's change, hundreds per period."""
+        return self.fields == RATE_ONLY
+
+    def values(self) -> dict[str, Any]:
+        """The fields this change sets and their new values, in record order."""
+        return {name: getattr(self.record, name) for name in SHAPING_FIELDS if name in self.fields}
+
+
+def _known(fields: frozenset[str]) -> frozenset[str]:
+    if not fields <= ALL_FIELDS:
+        raise CollapsarError(f"cannot change {sorted(fields - ALL_FIELDS)}; expected some of {sorted(ALL_FIELDS)}")
+    return fields
+
+
+class ShapingTree(Protocol):
+    """One interface's tree: a class per destination address, changed in place.
+
+    Every call but `setup` and `teardown` names a destination the tree holds
+    (`add` one it does not); a bad value or a refusal of the kernel is a
+    `CollapsarError` and leaves that destination as it was."""
+
+    @property
+    def shapings(self) -> Mapping[str, Shaping]:
+        """Destination address -> the record its class holds now."""
+        ...
+
+    def setup(self, shapings: Sequence[Shaping]) -> None:
+        """Make the tree with one class per destination."""
+        ...
+
+    def add(self, shaping: Shaping) -> None:
+        """A class for a destination first seen after setup."""
+        ...
+
+    def change_many(self, changes: Mapping[str, ShapingChange]) -> None:
+        """Change classes in place, in one batch (destination address -> change)."""
+        ...
+
+    def cut(self, dst_ip: str) -> None:
+        """Drop the destination's packets; its class keeps its values."""
+        ...
+
+    def restore(self, dst_ip: str) -> None:
+        """Send the destination's packets through its class again."""
+        ...
+
+    def remove(self, dst_ip: str) -> None:
+        """Delete the destination's class; its packets are dropped from then on."""
+        ...
+
+    def teardown(self) -> None:
+        """Remove everything the tree made; a second call does nothing."""
+        ...
+
+
+class TreeFactory(Protocol):
+    """How the emulation core gets its tree (TcTree's constructor, or a fake's)."""
+
+    def __call__(self, ifname: str, *, netns: str | None, wire_overhead: bool, netem: bool) -> ShapingTree: ...
