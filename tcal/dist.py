@@ -19,6 +19,9 @@ import functools
 import math
 import statistics
 import struct
+from collections.abc import Callable
+
+from collapsar.model import JitterDistribution
 
 NETEM_DIST_SCALE = 8192
 TABLE_SIZE = 4096  # netem accepts up to 16384 entries; 4096 keeps a message at 8 KB
@@ -75,7 +78,7 @@ def uniform_quantiles(size: int = TABLE_SIZE) -> list[float]:
     return [2 * p - 1 for p in _probabilities(size)]
 
 
-_QUANTILES = {
+_QUANTILES: dict[JitterDistribution, Callable[[], list[float]]] = {  # one per model.DISTRIBUTIONS
     "normal": normal_quantiles,
     "pareto": pareto_quantiles,
     "paretonormal": paretonormal_quantiles,
@@ -101,7 +104,7 @@ def _restandardise(quantiles: list[float], rounds: int = 30) -> list[float]:
 
 
 @functools.cache
-def table_values(distribution: str) -> tuple[int, ...]:
+def table_values(distribution: JitterDistribution) -> tuple[int, ...]:
     quantiles = _QUANTILES[distribution]()
     if distribution != "uniform":
         quantiles = _restandardise(quantiles)
@@ -109,7 +112,7 @@ def table_values(distribution: str) -> tuple[int, ...]:
 
 
 @functools.cache
-def table_bytes(distribution: str) -> bytes:
+def table_bytes(distribution: JitterDistribution) -> bytes:
     """The TCA_NETEM_DELAY_DIST payload: native-endian s16 values."""
     values = table_values(distribution)
     return struct.pack(f"={len(values)}h", *values)

@@ -16,7 +16,7 @@ from collapsar.model import DISTRIBUTIONS, SHAPING_FIELDS, LinkProps, Path
 from collapsar.parser import parse_text
 from collapsar.tcal import Shaping, ShapingChange, ShapingTree, TcTree
 from collapsar.tcal import nlmsg as m
-from collapsar.tcal.dist import table_bytes
+from collapsar.tcal.dist import TABLE_SIZE, table_bytes
 from collapsar.tcal.plan import leaf_params
 from collapsar.timeline import build_timeline
 
@@ -27,6 +27,7 @@ IPS = {"a": "10.77.0.2", "b": "10.77.0.3"}
 def test_fields_and_distributions_are_the_records():
     assert SHAPING_FIELDS == ("delay_us", "jitter_us", "distribution", "loss_ratio", "rate_bps")
     assert DISTRIBUTIONS == ("normal", "pareto", "paretonormal", "uniform")
+    assert all(len(table_bytes(name)) == 2 * TABLE_SIZE for name in DISTRIBUTIONS)  # each has netem's table
 
 
 def test_a_link_written_in_yaml_reaches_the_path_and_the_destination_record():
