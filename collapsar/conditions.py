@@ -77,7 +77,7 @@ class Conditions:
         ):
             setattr(clone, name, getattr(self, name).copy())
         clone.partitions = list(self.partitions)
-        clone._latest = dict(self._latest)
+        clone._latest = dict(self._latest)  # noqa: SLF001 - the clone is this class's own
         return clone
 
     # ---- reading --------------------------------------------------------------

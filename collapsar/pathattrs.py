@@ -80,10 +80,10 @@ class Folded:
         return np.rint(np.sqrt(self.jitter_sq)).astype(np.int64)
 
     def put_rows(self, index, other: Folded) -> None:
-        for mine, theirs in zip(self._arrays(), other._arrays()):
+        for mine, theirs in zip(self.arrays(), other.arrays()):
             mine[index] = theirs
 
-    def _arrays(self) -> tuple[Values, ...]:
+    def arrays(self) -> tuple[Values, ...]:
         return (self.delay_us, self.jitter_sq, self.keep, self.rate_bps, self.max_jitter, self.dist_code)
 
 
@@ -101,7 +101,7 @@ def _links(cond: Conditions, link: Values) -> tuple[Values, ...]:
 
 def _extend(parent: Folded, at: np.ndarray, link: np.ndarray, cond: Conditions) -> Folded:
     """The fold of each parent (flat positions `at`) followed by one link."""
-    before = Folded(*(values.ravel()[at] for values in parent._arrays()))
+    before = Folded(*(values.ravel()[at] for values in parent.arrays()))
     return before.then(*_links(cond, link))
 
 
@@ -137,7 +137,7 @@ def fold_sinks(core: Folded, in_sink: np.ndarray, cond: Conditions) -> Folded:
         return Folded.identity(in_sink.shape)
     entries = np.arange(in_sink.size)
     folded, _ = fold_sink_entries(core, entries, in_sink.ravel().astype(np.int64), in_sink.shape[1], cond)
-    return Folded(*(a.reshape(in_sink.shape) for a in folded._arrays()))
+    return Folded(*(a.reshape(in_sink.shape) for a in folded.arrays()))
 
 
 def walk(in_core_row: np.ndarray, in_sink_link: int, link_src: np.ndarray, bridge_count: int) -> tuple[int, ...]:
@@ -168,7 +168,7 @@ def refold_core(
     counts = np.bincount(depth, minlength=1)
     start = int(counts[0])  # depth 0: unreachable now, nothing to fold
     flat_in, flat_moved = in_core.ravel(), moved.ravel()
-    arrays = core._arrays()
+    arrays = core.arrays()
     for count in counts[1:]:
         at = order[start : start + count]
         start += int(count)
@@ -176,7 +176,7 @@ def refold_core(
         child = rows[at] * width + cols[at]
         parent = rows[at] * width + parent_col[link]
         step = _extend(core, parent, link, cond)
-        for target, value in zip(arrays, step._arrays()):
+        for target, value in zip(arrays, step.arrays()):
             target.ravel()[child] = value
         flat_moved[child] |= flat_moved[parent]
 
