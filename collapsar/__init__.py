@@ -1,4 +1,4 @@
-"""Collapsar's core: the experiment language and its math.
+"""collapsar (folder collapsar/): Collapsar's core, the experiment language and its math.
 
 Owns the topology model (`model`), units (`units`), the YAML parser and its
 validation (`parser`; the `workload:` form of a service in `parse_workload`

@@ -1,5 +1,5 @@
-"""collapsar.dashboard: the web page that watches and controls a running
-experiment, and the small server that feeds it.
+"""collapsar.dashboard (folder dashboard/): the web page that watches and
+controls a running experiment, and the small server that feeds it.
 
 It owns the page (web/: sources, pinned npm dependencies, the esbuild step
 that turns them into static assets in web/dist) and the aggregator

@@ -1,4 +1,4 @@
-"""collapsar.tcal: the traffic-control abstraction layer.
+"""collapsar.tcal (folder tcal/): the traffic-control abstraction layer.
 
 The only code that touches the kernel's traffic control.  It turns one
 instance's collapsed paths into an htb/netem/u32 tree on that instance's egress
