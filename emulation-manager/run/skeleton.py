@@ -245,7 +245,8 @@ class ManagerRun:
         once it has done what woke it."""
 
     def share(self, now_us: int) -> None:
-        self.sharing.tick(now_us)
+        flows = self.meter.flows() if self.meter is not None else []
+        self.sharing.tick(now_us, flows, self.timeline.state_at(max(0, now_us)))
 
     def done(self, now_us: int) -> str | None:
         """Why the run ends on its own now, if it does."""

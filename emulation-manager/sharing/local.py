@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path as FsPath
 
 from collapsar.errors import CollapsarError
+from collapsar.manager.core import EmulationCore
 from collapsar.manager.sharing.bus import STREAM_ID, MetadataBus, open_aeron
 from collapsar.manager.sharing.key import new_key
 from collapsar.manager.sharing.loop import ShareLoop, ShareSettings
@@ -89,7 +90,7 @@ class ManagerSharing:
         *,
         source: str,
         instances: Sequence[str],
-        cores: Mapping[str, object],
+        cores: Mapping[str, EmulationCore],
         netem: bool,
         timeline,
         key: bytes,
@@ -162,7 +163,7 @@ class ManagerSharing:
             self.peers.append(peer)
             self._say(f"sharing: metadata to the manager at {peer}")
 
-    def own(self, cores: Mapping[str, object]) -> None:
+    def own(self, cores: Mapping[str, EmulationCore]) -> None:
         """The cores this manager runs from now on (container mode): every
         period, since a restarted container keeps its name but not its core."""
         if list(cores) != self.loop.owned:
@@ -269,6 +270,3 @@ class LocalSharing(ManagerSharing):
             settings=settings,
             aeron=aeron,
         )
-
-    def tick(self, now_us: int) -> None:
-        super().tick(now_us, self.run.meter.flows(), self.run.timeline.state_at(max(0, now_us)))

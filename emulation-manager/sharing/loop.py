@@ -39,10 +39,10 @@ dominated by TCP on a loaded host, not by the loop.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-from collapsar.manager.core import Override
+from collapsar.manager.core import EmulationCore, Override
 from collapsar.manager.sharing.bus import MetadataBus
 from collapsar.manager.sharing.metadata import FlowReport
 from collapsar.manager.sharing.model import Flow, congestion_loss, share
@@ -96,7 +96,7 @@ class ShareLoop:
     def __init__(
         self,
         owned: Sequence[str],
-        cores: Mapping[str, object],
+        cores: Mapping[str, EmulationCore],
         bus: MetadataBus,
         *,
         netem: bool,
@@ -120,7 +120,7 @@ class ShareLoop:
         self._view: _LinkView | None = None
         self.last: dict = {"flows": [], "links": []}
 
-    def own(self, cores: Mapping[str, object]) -> None:
+    def own(self, cores: Mapping[str, EmulationCore]) -> None:
         """The cores this manager owns from now on (container mode).  A core
         that is gone or was replaced (a restarted container gets a new one)
         took its overrides with it: they are forgotten, not removed."""
@@ -188,9 +188,9 @@ class ShareLoop:
 
         flows: list[Flow] = []
         offered: dict = {}
-        saturated = {(f.src, f.dst): f.saturated for f in own}
+        saturated: dict[Hashable, bool] = {(f.src, f.dst): f.saturated for f in own}
         for f in own:
-            demand = f.path.rate_bps if f.saturated else f.rate_bps
+            demand = f.path.rate_bps if f.saturated and f.path.rate_bps is not None else f.rate_bps
             flow = Flow((f.src, f.dst), f.path.link_ids, max(1, f.path.rtt_hint_us), f.path.rate_bps, demand)
             flows.append(flow)
             offered[flow.flow_id] = f.rate_bps
@@ -229,9 +229,10 @@ class ShareLoop:
             new = Override(rate, min(loss, 1.0))
             if before is None:
                 before = Override()
-            moved = (before.rate_bps is None) != (new.rate_bps is None) or (
-                new.rate_bps is not None and abs(new.rate_bps - before.rate_bps) > s.push_ratio * before.rate_bps
-            )
+            if new.rate_bps is None or before.rate_bps is None:
+                moved = new.rate_bps != before.rate_bps
+            else:
+                moved = abs(new.rate_bps - before.rate_bps) > s.push_ratio * before.rate_bps
             if moved or new.loss_ratio != before.loss_ratio:
                 changes.setdefault(f.src, {})[f.dst] = None if new == Override() else new
                 self._set_applied(key, new)
@@ -251,6 +252,8 @@ class ShareLoop:
 
     def _record(self, saturated, flows, offered, rates, link_loss, flow_loss) -> None:
         view = self._view
+        if view is None:  # a tick made it before calling this
+            return
         rows = []
         for flow in flows:
             fid = flow.flow_id
