@@ -116,13 +116,18 @@ class ContainerRun(ManagerRun):
             return None, True  # unshaped since (stopped): nothing is in force
         return super().configured_rate(src, dst)
 
-    def place_of(self, instance: str) -> Place | None:
-        shaped = self.shaped.get(instance)
-        return Place(instance, shaped.netns if shaped else None, self.ip_of.get(instance))
+    def places(self) -> dict[str, Place]:
+        return {
+            name: Place(name, self.shaped[name].netns if name in self.shaped else None, self.ip_of.get(name))
+            for name in self.instances
+        }
 
-    def instance_extras(self, instance: str) -> dict:
-        found = self.seen.get(instance)
-        return {"container": found.container_id[:12] if found else None, "shaped": instance in self.shaped}
+    def instance_extras(self) -> dict[str, dict]:
+        seen = self.seen
+        return {
+            name: {"container": seen[name].container_id[:12] if name in seen else None, "shaped": name in self.shaped}
+            for name in self.instances
+        }
 
     # ---- reconciling with the engine ------------------------------------------
 

@@ -44,9 +44,8 @@ class DockerRuntime:
     def exits(self) -> list:
         return []  # a container that ended is found by the next scan (ContainerRun.reconcile)
 
-    def pid_of(self, instance: str) -> int | None:
-        found = self.seen.get(instance)
-        return None if found is None else found.pid
+    def pids(self) -> dict[str, int]:
+        return {name: found.pid for name, found in self.seen.items()}  # 0: the container is not running
 
     def close(self) -> list:
         self.view.close()  # stop watching the engine's events

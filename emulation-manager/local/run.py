@@ -70,7 +70,7 @@ class LocalRun(ManagerRun):
         self.run_id = run_id
         self.plan: NetworkPlan = plan
         self.launches: dict[str, Launch] = commands
-        self.places = {net.instance: Place(net.instance, net.netns, net.ip) for net in plan.instances}
+        self._places = {net.instance: Place(net.instance, net.netns, net.ip) for net in plan.instances}
         self.start_requested = threading.Event()
         self.up_ms = 0.0
         self.rundir: RunDir
@@ -80,8 +80,8 @@ class LocalRun(ManagerRun):
     def supervisor(self) -> Supervisor | None:
         return self.runtime.supervisor
 
-    def place_of(self, instance: str) -> Place | None:
-        return self.places.get(instance)
+    def places(self) -> dict[str, Place]:
+        return self._places
 
     # ---- before, around and after the skeleton's run ----------------------------
 

@@ -49,9 +49,8 @@ class NamespaceRuntime:
         return self.supervisor
 
     def discover(self) -> dict[str, Namespace]:
-        return {
-            net.instance: Namespace(net.instance, net.ip, self.pid_of(net.instance) or 0) for net in self.plan.instances
-        }
+        pids = self.pids()
+        return {net.instance: Namespace(net.instance, net.ip, pids.get(net.instance, 0)) for net in self.plan.instances}
 
     def start(self, instance: str) -> None:
         launch = self.launches.get(instance)
@@ -72,8 +71,8 @@ class NamespaceRuntime:
     def running(self) -> list[str]:
         return self._supervisor().running()
 
-    def pid_of(self, instance: str) -> int | None:
-        return None if self.supervisor is None else self.supervisor.pid_of(instance)
+    def pids(self) -> dict[str, int]:
+        return {} if self.supervisor is None else self.supervisor.pids()
 
     def close(self) -> list[Exit]:
         if self.supervisor is None:

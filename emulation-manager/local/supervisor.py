@@ -186,10 +186,10 @@ class Supervisor:
         with self._lock:
             return list(self._running)
 
-    def pid_of(self, instance: str) -> int | None:
+    def pids(self) -> dict[str, int]:
+        """instance -> pid of every command running now (one lock for all)."""
         with self._lock:
-            run = self._running.get(instance)
-            return run.popen.pid if run else None
+            return {instance: run.popen.pid for instance, run in self._running.items()}
 
     def stop_all(self, grace_s: float | None = None) -> list[Exit]:
         """SIGTERM everything, wait up to the grace period, SIGKILL the rest, reap."""

@@ -76,7 +76,9 @@ class InstanceRuntime(Protocol):
         """Processes that ended since the last call (never blocks)."""
         ...
 
-    def pid_of(self, instance: str) -> int | None: ...
+    def pids(self) -> Mapping[str, int]:
+        """instance -> pid of every process running now."""
+        ...
 
     def close(self) -> Sequence[Ended]:
         """Stop every process this runtime started and still runs; how they ended."""

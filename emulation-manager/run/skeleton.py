@@ -27,7 +27,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -255,12 +255,12 @@ class ManagerRun:
     def snapshot(self, now_us: int) -> dict:
         return status_snapshot(self, now_us)
 
-    def place_of(self, instance: str) -> Place | None:
-        """Where the instance's network is, as far as this host knows."""
+    def places(self) -> Mapping[str, Place]:
+        """Where each instance's network is, as far as this host knows now."""
         raise NotImplementedError
 
-    def instance_extras(self, instance: str) -> dict:
-        """Fields of one instance's status row that only this mode has."""
+    def instance_extras(self) -> Mapping[str, dict]:
+        """Fields of the instances' status rows that only this mode has."""
         return {}
 
     def paths_json(self) -> list[dict]:

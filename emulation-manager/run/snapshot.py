@@ -19,6 +19,7 @@ these fields; a field added here is added there.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from collapsar.manager.measure.throughput import Meter
@@ -47,8 +48,8 @@ class RunView(Protocol):
 
     @property
     def mode(self) -> str: ...
-    def place_of(self, instance: str) -> Place | None: ...
-    def instance_extras(self, instance: str) -> dict: ...
+    def places(self) -> Mapping[str, Place]: ...
+    def instance_extras(self) -> Mapping[str, dict]: ...
 
 
 SNAPSHOT_FIELDS = (
@@ -73,18 +74,31 @@ def run_state(run: RunView) -> str:
     return "running" if run.t0_ns is not None else "waiting"
 
 
-def instance_row(run: RunView, name: str) -> dict:
-    place = run.place_of(name)
-    return {
-        "name": name,
-        "ip": place.ip if place else None,
-        "netns": place.netns if place else None,
-        "status": run.status[name],
-        "network": run.network[name],
-        "pid": run.runtime.pid_of(name),
-        "exit_code": run.exit_codes.get(name),
-        **run.instance_extras(name),
-    }
+NOWHERE = Place("", None, None)
+NO_EXTRAS: dict = {}
+
+
+def instance_rows(run: RunView) -> list[dict]:
+    """One row per instance; what is per run (places, pids, the mode's
+    fields) is asked for once per snapshot, not once per instance."""
+    places, pids, extras = run.places(), run.runtime.pids(), run.instance_extras()
+    status, network, exit_codes = run.status, run.network, run.exit_codes
+    rows = []
+    for name in run.instances:
+        place = places.get(name, NOWHERE)
+        rows.append(
+            {
+                "name": name,
+                "ip": place.ip,
+                "netns": place.netns,
+                "status": status[name],
+                "network": network[name],
+                "pid": pids.get(name),
+                "exit_code": exit_codes.get(name),
+                **extras.get(name, NO_EXTRAS),
+            }
+        )
+    return rows
 
 
 def status_snapshot(run: RunView, now_us: int) -> dict:
@@ -96,7 +110,7 @@ def status_snapshot(run: RunView, now_us: int) -> dict:
         "mode": run.mode,
         "t_us": now_us,
         "state": run_state(run),
-        "instances": [instance_row(run, name) for name in run.instances],
+        "instances": instance_rows(run),
         "throughput": flows,
         "sharing": run.sharing.status() if run.sharing is not None else {"enabled": False},
         "events": {
