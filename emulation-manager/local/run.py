@@ -64,15 +64,16 @@ class LocalRun(ManagerRun):
 
     def __init__(self, experiment: Experiment, timeline, options: LocalOptions, out: TextIO = sys.stdout, tcal=None):
         run_id = new_run_id()
-        plan = plan_network(run_id, all_instances(timeline), options.subnet)
-        commands = launches(experiment, [net.instance for net in plan.instances], plan)
-        super().__init__(experiment, timeline, options, NamespaceRuntime(plan, commands), tcal or real_tcal(), out)
+        instances = all_instances(timeline)
+        plan = plan_network(run_id, instances, options.subnet)
+        commands = launches(experiment, instances, plan)
+        runtime = NamespaceRuntime(plan, commands)
+        super().__init__(experiment, timeline, options, runtime, tcal or real_tcal(), out, instances)
         self.run_id = run_id
         self.plan: NetworkPlan = plan
         self.launches: dict[str, Launch] = commands
         self._places = {net.instance: Place(net.instance, net.netns, net.ip) for net in plan.instances}
         self.start_requested = threading.Event()
-        self.up_ms = 0.0
         self.rundir: RunDir
         self.host_net: HostNetwork | None = None
 
@@ -172,10 +173,10 @@ class LocalRun(ManagerRun):
             self.server = self._serve_status(first, self.options.status_port)
         if not self.options.wait_start:
             self._start_commands()
-        self.up_ms = (time.monotonic() - started) * 1000
+        up_ms = (time.monotonic() - started) * 1000
         self.say(
             f"{'network of' if self.options.wait_start else 'all'} {len(first.instances)} "
-            f"instances up in {self.up_ms:.0f} ms"
+            f"instances up in {up_ms:.0f} ms"
             f" ({'netem' if self.netem else 'htb only, no delay/jitter/loss in this experiment'})"
         )
         if self.options.wait_start:

@@ -78,11 +78,13 @@ class ManagerRun:
         runtime: InstanceRuntime,
         tcal,
         out: TextIO = sys.stdout,
+        instances: list[str] | None = None,
     ):
+        """`instances`: all_instances(timeline), when the mode needed them first."""
         self.experiment, self.timeline, self.options = experiment, timeline, options
         self.runtime, self.tcal, self.out = runtime, tcal, out
         self.run_id = ""  # the mode names its run
-        self.instances = all_instances(timeline)
+        self.instances = all_instances(timeline) if instances is None else instances
         self.netem = needs_netem(timeline_paths(timeline))
         self.cores: dict[str, EmulationCore] = {}
         # Two sides of an instance: its process (absent, up, stopped, crashed,

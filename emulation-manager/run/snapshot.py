@@ -7,8 +7,9 @@ these fields; a field added here is added there.
   mode       "local" or "container"
   t_us       experiment time (0 before t=0)
   state      "waiting" (before t=0), "running", "stopping"
-  instances  one row per instance of the experiment (INSTANCE_FIELDS, and in
-             container mode `container` and `shaped`)
+  instances  one row per instance of the experiment: name, ip, netns, status,
+             network, pid, exit_code, and in container mode `container` and
+             `shaped` (instance_rows)
   throughput per (src, dst) flow: bytes, rate now, median rate, segments
   sharing    the bandwidth-sharing loop's status ({"enabled": false} when off)
   events     applied (the event log so far), pending (steps still to
@@ -50,22 +51,6 @@ class RunView(Protocol):
     def mode(self) -> str: ...
     def places(self) -> Mapping[str, Place]: ...
     def instance_extras(self) -> Mapping[str, dict]: ...
-
-
-SNAPSHOT_FIELDS = (
-    "run_id",
-    "source",
-    "mode",
-    "t_us",
-    "state",
-    "instances",
-    "throughput",
-    "sharing",
-    "events",
-    "links",
-    "flows",
-)
-INSTANCE_FIELDS = ("name", "ip", "netns", "status", "network", "pid", "exit_code")
 
 
 def run_state(run: RunView) -> str:
