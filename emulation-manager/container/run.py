@@ -111,11 +111,6 @@ class ContainerRun(ManagerRun):
     def known(self, paths: dict[str, NetPath | None]) -> dict[str, NetPath | None]:
         return {dst: path for dst, path in paths.items() if dst in self.ip_of}
 
-    def configured_rate(self, src: str, dst: str) -> tuple[int | None, bool]:
-        if src not in self.cores:
-            return None, True  # unshaped since (stopped): nothing is in force
-        return super().configured_rate(src, dst)
-
     def places(self) -> dict[str, Place]:
         return {
             name: Place(name, self.shaped[name].netns if name in self.shaped else None, self.ip_of.get(name))

@@ -138,7 +138,9 @@ class ManagerRun:
 
     def configured_rate(self, src: str, dst: str) -> tuple[int | None, bool]:
         """(rate_bps, cut) of the path in force from src to dst."""
-        core = self.cores[src]
+        core = self.cores.get(src)
+        if core is None:
+            return None, True  # not shaped (container mode: stopped since): nothing is in force
         path = core.shaped.get(dst)
         return (None if path is None else path.rate_bps), (path is None or dst in core.cut)
 
