@@ -42,7 +42,10 @@ CLI = [sys.executable, "-m", "collapsar.cli"]
 IDLE = [f"p{i}" for i in range(1, 9)]
 
 
-def topology() -> str:
+def topology(extra: int = 0) -> str:
+    """The bench's 12 instances, plus `extra` idle ones half on each switch
+    (--extra 388: 400 instances, every bottleneck change a path change in
+    each of them)."""
     lines = [
         "experiment: {name: events-bench}",
         "services:",
@@ -52,6 +55,7 @@ def topology() -> str:
         "  spare: {command: [sleep, '60']}",
     ]
     lines += [f"  {p}: {{command: [sleep, '60']}}" for p in IDLE]
+    lines += [f"  x{i}: {{command: [sleep, '600']}}" for i in range(extra)]
     lines += [
         "bridges: [sw1, sw2]",
         "links:",
@@ -62,6 +66,7 @@ def topology() -> str:
         "  - {from: spare, to: sw2, bandwidth: 100Mbps}",
     ]
     lines += [f"  - {{from: {p}, to: {'sw1' if i % 2 else 'sw2'}, bandwidth: 100Mbps}}" for i, p in enumerate(IDLE)]
+    lines += [f"  - {{from: x{i}, to: {'sw1' if i % 2 else 'sw2'}, bandwidth: 100Mbps}}" for i in range(extra)]
     lines.append("events:")
     events = []
     t = 1000
@@ -88,9 +93,9 @@ def topology() -> str:
     return "\n".join(lines) + "\n"
 
 
-def one_run(workdir: Path, keep_awake: str) -> dict[str, list[int]]:
+def one_run(workdir: Path, keep_awake: str, extra: int = 0) -> dict[str, list[int]]:
     path = workdir / "events.yaml"
-    path.write_text(topology())
+    path.write_text(topology(extra))
     with HostTimer() as timer:
         proc = subprocess.run(
             [
@@ -112,7 +117,7 @@ def one_run(workdir: Path, keep_awake: str) -> dict[str, list[int]]:
             ],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=120 + extra,
         )
     if proc.returncode != 0:
         raise SystemExit(f"collapsar run failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
@@ -148,6 +153,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--hogs", type=int, default=0, help="busy processes to run meanwhile")
     parser.add_argument("--keep-awake", choices=("auto", "on", "off"), default="auto", help="passed to collapsar run")
+    parser.add_argument("--extra", type=int, default=0, help="idle instances added (388: 400 in all)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.repeat < 1 or args.hogs < 0:
@@ -155,7 +161,7 @@ def main() -> int:
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     try:
         with tempfile.TemporaryDirectory(prefix="cx-events-bench-") as tmp:
-            runs = [one_run(Path(tmp), args.keep_awake) for _ in range(args.repeat)]
+            runs = [one_run(Path(tmp), args.keep_awake, args.extra) for _ in range(args.repeat)]
     finally:
         for hog in hogs:
             hog.kill()

@@ -6,10 +6,15 @@ links so it runs without sch_netem), starts `collapsar run --duration`, waits
 for "all up" and for the eBPF counters (with sharing, the default, the
 commands start only once they are attached, so "all up" includes them),
 reads the manager's own CPU time from /proc between two points of the steady
-state, then SIGTERMs the run and times its teardown.  Needs root.  Reports medians of --repeat
-runs; `--json` for scripts.
+state and the host memory the run holds (MemAvailable before and once up),
+then SIGTERMs the run and times its teardown.  Per stage of the bring-up
+(the run's bringup.json, emulation-manager/run/stages.py): its wall time and
+`growth`, the last quarter's per-instance cost over the first quarter's (1.0:
+flat).  `--tree full|active|auto` is passed to the run (docs/scale.md).
+Needs root.  Reports medians of --repeat runs; `--json` for scripts.
 
     python bench/local_bench.py --sizes 10 50 200 --repeat 3
+    python bench/local_bench.py --sizes 400 1000 --repeat 3
 """
 
 from __future__ import annotations
@@ -41,9 +46,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime, this process only
 
 
-def one_run(n: int, steady_s: float, workdir: Path) -> dict:
+def mem_available_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise SystemExit("no MemAvailable in /proc/meminfo")
+
+
+STAGES = ("network", "shaping", "counters", "commands")
+
+
+def one_run(n: int, steady_s: float, workdir: Path, tree: str) -> dict:
     path = workdir / f"bench-{n}.yaml"
     path.write_text(topology(n))
+    mem_before = mem_available_bytes()
     began = time.monotonic()
     proc = subprocess.Popen(
         [
@@ -56,15 +72,19 @@ def one_run(n: int, steady_s: float, workdir: Path) -> dict:
             str(workdir / "runs"),
             "--status-port",
             "-1",
+            "--tree",
+            tree,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    up_s = reported_ms = counters_s = None
+    up_s = reported_ms = counters_s = run_id = None
     # With sharing (the default) the commands start once the counters are
     # attached, so "counters attached" comes first; without, it comes after.
     for line in proc.stdout:
+        if line.startswith("run ") and run_id is None:
+            run_id = line.split()[1].rstrip(":")
         if line.startswith("all "):
             up_s = time.monotonic() - began
             reported_ms = float(line.split(" in ")[1].split(" ms")[0])
@@ -75,6 +95,7 @@ def one_run(n: int, steady_s: float, workdir: Path) -> dict:
     if up_s is None or counters_s is None:
         raise SystemExit(f"run of {n} instances failed: {proc.stderr.read()}")
     time.sleep(1.0)  # let start-up work settle
+    mem_held = mem_before - mem_available_bytes()
     cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
     time.sleep(steady_s)
     cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
@@ -85,6 +106,7 @@ def one_run(n: int, steady_s: float, workdir: Path) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"run of {n} instances ended with {proc.returncode}: {err}")
     cpu_per_instance_s = (cpu1 - cpu0) / (t1 - t0) / n
+    stages = {row["stage"]: row for row in json.loads((workdir / "runs" / str(run_id) / "bringup.json").read_text())}
     return {
         "instances": n,
         "up_s": up_s,
@@ -92,6 +114,9 @@ def one_run(n: int, steady_s: float, workdir: Path) -> dict:
         "counters_s": counters_s,
         "teardown_s": down_s,
         "cpu_ms_per_instance_s": cpu_per_instance_s * 1000,
+        "memory_kib_per_instance": mem_held / n / 1024,
+        **{f"{name}_s": stages[name]["wall_s"] for name in STAGES if name in stages},
+        **{f"{name}_growth": stages[name]["growth"] for name in STAGES if stages.get(name, {}).get("growth")},
     }
 
 
@@ -100,6 +125,7 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 50, 200])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--steady", type=float, default=5.0, help="Seconds of steady state measured")
+    parser.add_argument("--tree", choices=("auto", "full", "active"), default="auto")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -107,7 +133,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="cx-bench-") as tmp:
         for n in args.sizes:
-            runs = [one_run(n, args.steady, Path(tmp)) for _ in range(args.repeat)]
+            runs = [one_run(n, args.steady, Path(tmp), args.tree) for _ in range(args.repeat)]
             rows.append(
                 {key: (statistics.median(r[key] for r in runs) if key != "instances" else n) for key in runs[0]}
                 | {"runs": args.repeat}
@@ -117,13 +143,21 @@ def main() -> int:
         return 0
     print(
         f"{'instances':>9} {'to all up (s)':>14} {'manager up (ms)':>16} {'counters (s)':>13} "
-        f"{'teardown (s)':>13} {'CPU ms/instance/s':>18}   (medians of {args.repeat})"
+        f"{'teardown (s)':>13} {'CPU ms/instance/s':>18} {'KiB/instance':>13}   (medians of {args.repeat})"
     )
     for r in rows:
         print(
             f"{r['instances']:>9} {r['up_s']:>14.2f} {r['manager_up_ms']:>16.0f} {r['counters_s']:>13.2f} "
-            f"{r['teardown_s']:>13.2f} {r['cpu_ms_per_instance_s']:>18.3f}"
+            f"{r['teardown_s']:>13.2f} {r['cpu_ms_per_instance_s']:>18.3f} {r['memory_kib_per_instance']:>13.0f}"
         )
+    print(f"\nbring-up stages, wall s (growth: last quarter's per-instance cost / first quarter's), --tree {args.tree}")
+    print(f"{'instances':>9} " + " ".join(f"{name:>20}" for name in STAGES))
+    for r in rows:
+        cells = [
+            f"{r.get(f'{name}_s', float('nan')):>9.2f} ({r.get(f'{name}_growth', float('nan')):>5.2f}x)"
+            for name in STAGES
+        ]
+        print(f"{r['instances']:>9} " + " ".join(f"{c:>20}" for c in cells))
     return 0
 
 

@@ -197,6 +197,13 @@ class EmulationCore:
         if batch:
             self.tree.change_many(batch)
 
+    def activate(self, dsts: Iterable[str]) -> int:
+        """These destinations now carry traffic (the meter saw their first
+        bytes): a tree whose idle destinations share classes gives each its
+        own (collapsar.tcal.active).  Returns how many it made."""
+        ips = [self.ip_of[dst] for dst in dsts if dst in self.shaped]
+        return self.tree.activate(ips) if ips else 0
+
     def effective(self, dst: str) -> dict[str, object] | None:
         """The fields dst's class holds now, by name (None: cut or a placeholder)."""
         if dst in self.cut or self.shaped.get(dst) is None:
@@ -218,8 +225,22 @@ class RealTcal:
 
     def __init__(self) -> None:
         from collapsar.tcal import Shaping, TcTree, check_kernel
+        from collapsar.tcal.active import ActiveTcTree
 
         self.Shaping, self.TcTree, self.check_kernel = Shaping, TcTree, check_kernel
+        self.ActiveTcTree = ActiveTcTree
+
+    @staticmethod
+    def counters_problem() -> str | None:
+        """Why the eBPF counters cannot load here (None: they can)."""
+        from collapsar.errors import CollapsarError
+        from collapsar.tcal.counters import BTF_PATH, load_library
+
+        try:
+            load_library()
+        except CollapsarError as error:
+            return str(error)
+        return None if BTF_PATH.exists() else f"the kernel has no BTF ({BTF_PATH})"
 
     @staticmethod
     def counters_factory(ifname: str, netns: str):

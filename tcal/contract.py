@@ -8,7 +8,7 @@ contract; `collapsar.tcal.TcTree` keeps it on the kernel, and the tests'
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -64,7 +64,9 @@ def _known(fields: frozenset[str]) -> frozenset[str]:
 
 
 class ShapingTree(Protocol):
-    """One interface's tree: a class per destination address, changed in place.
+    """One interface's tree: a class per destination address (or, in
+    collapsar.tcal.active, one shared by destinations without traffic),
+    changed in place.
 
     Every call but `setup` and `teardown` names a destination the tree holds
     (`add` one it does not); a bad value or a refusal of the kernel is a
@@ -85,6 +87,11 @@ class ShapingTree(Protocol):
 
     def change_many(self, changes: Mapping[str, ShapingChange]) -> None:
         """Change classes in place, in one batch (destination address -> change)."""
+        ...
+
+    def activate(self, dst_ips: Iterable[str]) -> int:
+        """The destinations now carry traffic: each gets a class of its own if
+        it shares one (collapsar.tcal.active); returns how many did."""
         ...
 
     def cut(self, dst_ip: str) -> None:

@@ -79,6 +79,11 @@ def build_counters(make: str = "make") -> pathlib.Path:
 _lib: ctypes.CDLL | None = None
 
 
+def load_library() -> None:
+    """Load libcxcounters.so now (a missing or out-of-date build is an error)."""
+    _library()
+
+
 def _library() -> ctypes.CDLL:
     """Load libcxcounters.so once; refuse a missing or out-of-date build."""
     global _lib
@@ -128,6 +133,7 @@ class Counters:
         self.wire_overhead_bytes = wire_overhead_bytes
         self._handle: int | None = None
         self._buf = np.zeros(0, dtype=ENTRY_DTYPE)
+        self._buf_addr = 0  # the buffer's address, taken once: `.ctypes.data` costs microseconds per read
         self._names: dict[int, str] = {}
 
     @property
@@ -154,6 +160,7 @@ class Counters:
             raise self._error(lib, "attach")
         self._handle = handle
         self._buf = np.zeros(self.max_destinations, dtype=ENTRY_DTYPE)
+        self._buf_addr = self._buf.ctypes.data
         return self
 
     def detach(self) -> None:
@@ -171,7 +178,7 @@ class Counters:
         the form for the sharing loop, without a Python object per entry."""
         handle = self._need_handle()
         lib = _library()
-        n = lib.cx_counters_read(handle, self._buf.ctypes.data, len(self._buf))
+        n = lib.cx_counters_read(handle, self._buf_addr, len(self._buf))
         if n < 0:
             raise self._error(lib, "read")
         return self._buf[:n].copy()

@@ -73,7 +73,13 @@ class TreeRequests:
         if reuse_filter:
             reqs.append(self.filter(dest.slot, ip, dest.classid, f"destination {ip}: point filter at class"))
             return reqs
-        htid = dest.slot.level2_htid
+        return reqs + self.filter_node(dest.slot, ip, dest.classid, new_table)
+
+    def filter_node(self, slot: U32Slot, ip: str, target: int, new_table: bool) -> list[m.Request]:
+        """A destination's u32 node, pointed at `target`; `new_table`: its
+        second-level hash table is made first (and linked in after the node)."""
+        htid = slot.level2_htid
+        reqs = []
         if new_table:
             reqs.append(
                 m.Request(
@@ -89,23 +95,29 @@ class TreeRequests:
             m.Request(
                 m.RTM_NEWTFILTER,
                 m.CREATE,
-                m.u32_match(self.ifindex, ROOT, dest.slot, ip, dest.classid, create=True),
-                f"destination {ip}: create u32 node {u32_handle(dest.slot.handle)}",
+                m.u32_match(self.ifindex, ROOT, slot, ip, target, create=True),
+                f"destination {ip}: create u32 node {u32_handle(slot.handle)}",
                 ip,
             )
         )
         if new_table:
-            bucket = (U32_LEVEL1_HTID << 20) | (dest.slot.level1_bucket << 12)
+            bucket = (U32_LEVEL1_HTID << 20) | (slot.level1_bucket << 12)
             reqs.append(
                 m.Request(
                     m.RTM_NEWTFILTER,
                     m.CREATE,
                     m.u32_link(self.ifindex, ROOT, bucket | 1, bucket, htid, 0xFF),
-                    f"destination {ip}: link u32 bucket 1:{dest.slot.level1_bucket:x} -> table {htid:x}:",
+                    f"destination {ip}: link u32 bucket 1:{slot.level1_bucket:x} -> table {htid:x}:",
                     ip,
                 )
             )
         return reqs
+
+    def delete_shared(self, cid: int) -> m.Request:
+        """A shared class (collapsar.tcal.active) none of whose destinations is left."""
+        return m.Request(
+            m.RTM_DELTCLASS, 0, m.tcmsg(self.ifindex, cid, ROOT), f"delete shared class {format_handle(cid)}", None
+        )
 
     def delete_class(self, dest: Dest) -> m.Request:
         ip = dest.shaping.dst_ip

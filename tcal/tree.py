@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from collapsar.errors import CollapsarError, KernelError
 from collapsar.tcal import nlmsg as m
@@ -29,7 +29,7 @@ from collapsar.tcal.dest import Dest, Saved, put_back_all, saved, with_rate
 from collapsar.tcal.layout import ROOT_MAJOR, MinorAllocator, U32Layout, U32Slot, classid, format_handle
 from collapsar.tcal.link import GsoLimit
 from collapsar.tcal.nlsock import KernelFailure, RouteSocket, interface_index, interface_mtu
-from collapsar.tcal.plan import HtbCalculator, Shaping, check_rate, gso_max_segs, leaf_params, plan_tree
+from collapsar.tcal.plan import HtbCalculator, Shaping, TreePlan, check_rate, gso_max_segs, leaf_params, plan_tree
 from collapsar.tcal.requests import BLACKHOLE, ROOT, TreeRequests
 
 
@@ -59,6 +59,28 @@ class TcTree:
         return {ip: d.shaping for ip, d in self._dests.items()}
 
     def setup(self, shapings: Sequence[Shaping]) -> None:
+        plan = self._open(shapings)
+        reqs = self._requests.base(plan)
+        tables: set[int] = set()
+        for d in plan.dests:
+            self._layout.place(d.shaping.dst_ip)
+            self._minors.claim(d.minor)
+            dest = Dest(d.shaping, d.minor, d.leaf, d.slot, self._template(d.minor), None)
+            reqs += self._create_dest(dest, tables)
+            self._dests[d.shaping.dst_ip] = dest
+        self._finish(reqs, tables)
+        for dest in self._dests.values():
+            dest.table_sent = dest.leaf.distribution if dest.leaf.jitter_us else None
+
+    def activate(self, dst_ips: Iterable[str]) -> int:
+        """Every destination has its own class here: nothing to do (see
+        collapsar.tcal.active, whose destinations share classes until then)."""
+        return 0
+
+    def _open(self, shapings: Sequence[Shaping]) -> TreePlan:
+        """Setup's first half: plan `shapings`, open the socket, make the root
+        qdisc alone (if the interface already has one, perhaps even with handle
+        1:, nothing of ours may land in it) and take the GSO limit."""
         if self._root_made:
             raise CollapsarError(f"{self._where()}: setup called twice (teardown first)")
         self._mtu = interface_mtu(self.netns, self.ifname)
@@ -66,8 +88,6 @@ class TcTree:
         self._htb = plan.htb
         self._requests = requests = TreeRequests(interface_index(self.netns, self.ifname))
         self._sock = RouteSocket(self.netns)
-        # The root goes alone first: if the interface already has a root qdisc
-        # (someone else's, perhaps even handle 1:), nothing of ours may land in it.
         failures = self._socket.execute([requests.root()])
         if failures:
             self.teardown()
@@ -75,22 +95,20 @@ class TcTree:
         self._root_made = True
         self._gso = GsoLimit(self._sock, requests.ifindex, self.ifname)
         self._limit_gso([s.rate_bps for s in shapings])
-        reqs = requests.base(plan)
-        tables: set[int] = set()
-        for d in plan.dests:
-            self._layout.place(d.shaping.dst_ip)
-            self._minors.claim(d.minor)
-            dest = Dest(d.shaping, d.minor, d.leaf, d.slot, m.ClassTemplate(requests.ifindex, d.classid, ROOT), None)
-            reqs += self._create_dest(dest, tables)
-            self._dests[d.shaping.dst_ip] = dest
-        reqs.append(requests.root_link())
+        return plan
+
+    def _finish(self, reqs: list[m.Request], tables: set[int]) -> None:
+        """Setup's second half: everything under the root, then the root's
+        link to the hash tables; undone whole if the kernel refuses any of it."""
+        reqs.append(self._requests.root_link())
         failures = self._socket.execute(reqs)
         if failures:
             self.teardown()
             self._raise(failures, "setup")
         self._level2 |= tables
-        for dest in self._dests.values():
-            dest.table_sent = dest.leaf.distribution if dest.leaf.jitter_us else None
+
+    def _template(self, minor: int) -> m.ClassTemplate:
+        return m.ClassTemplate(self._requests.ifindex, classid(ROOT_MAJOR, minor), ROOT)
 
     def change(self, dst_ip: str, **values: object) -> None:
         """One destination's change, by field name: `change(ip, rate_bps=10**6)`."""
@@ -183,8 +201,7 @@ class TcTree:
         leaf = leaf_params(shaping, netem=self.netem, mtu_bytes=self._mtu)
         slot = self._layout.place(ip)
         minor = self._minors.take()
-        template = m.ClassTemplate(self._requests.ifindex, classid(ROOT_MAJOR, minor), ROOT)
-        dest = Dest(shaping, minor, leaf, slot, template, None)
+        dest = Dest(shaping, minor, leaf, slot, self._template(minor), None)
         tables: set[int] = set()
         removed_slot = self._removed.pop(ip, None)
         reqs = self._create_dest(dest, tables, reuse_filter=removed_slot is not None)

@@ -9,7 +9,7 @@ its classes."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from collapsar.errors import CollapsarError
 from collapsar.tcal.contract import ShapingChange
@@ -63,6 +63,14 @@ class FakeTree:
 
     def change(self, dst_ip: str, **values: object) -> None:
         self.change_many({dst_ip: ShapingChange.of(**values)})
+
+    def activate(self, dst_ips: Iterable[str]) -> int:
+        """Every destination has a class of its own here, as in TcTree; the call is recorded."""
+        ips = tuple(dst_ips)
+        for ip in ips:
+            self._need(ip)
+        self.calls.append(("activate", ips))
+        return 0
 
     def cut(self, dst_ip: str) -> None:
         self._need(dst_ip)

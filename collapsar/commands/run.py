@@ -55,6 +55,7 @@ import tempfile
 from pathlib import Path
 
 from collapsar.commands.runopts import add_run_options, run_options
+from collapsar.manager.run.options import ACTIVE_TREE_FROM, TREES
 
 VM_BOOT_ALLOWANCE_S = 600  # qemu without KVM boots in about a minute; leave room
 
@@ -101,6 +102,15 @@ def register(parser: argparse.ArgumentParser) -> None:
         "halts: a virtual machine's halted CPU can wake milliseconds late, and "
         "timeline steps and shaping wait on timers (auto: on a virtual machine)",
     )
+    parser.add_argument(
+        "--tree",
+        choices=TREES,
+        default="auto",
+        help="Each instance's tc tree: 'full' makes a class per destination at t=0; 'active' "
+        "makes one per distinct path and gives a destination its own class the period after "
+        "its first bytes (needs the eBPF counters; the kernel's cost per class grows with every "
+        f"class on the host); auto: active from {ACTIVE_TREE_FROM} instances (docs/scale.md)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -143,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         wait_start=args.wait_start,
         dashboard=_dashboard_assets(args),
         keep_awake=args.keep_awake,
+        tree=args.tree,
     )
     return LocalRun(experiment, timeline, options).run()
 
@@ -188,6 +199,8 @@ def _run_in_vm(args: argparse.Namespace) -> int:
         str(args.probe),
         "--keep-awake",
         args.keep_awake,
+        "--tree",
+        args.tree,
     ]
     if args.duration:
         argv += ["--duration", args.duration]

@@ -9,6 +9,7 @@ processes.  Each object is written to the run's journal before it is made
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from pathlib import Path
 
 from pyroute2 import IPRoute
@@ -19,6 +20,7 @@ from collapsar.manager.addressing import InstanceNet, NetworkPlan
 from collapsar.manager.local import firewall
 from collapsar.manager.local.rundir import Journal
 from collapsar.manager.nsexec import InNetns, create_netns
+from collapsar.manager.run.stages import StageClock
 
 HOSTS_ROOT = Path("/etc/netns")  # where `ip netns exec` looks for per-namespace files
 
@@ -97,8 +99,10 @@ class HostNetwork:
         tmp.write_text(text)
         os.replace(tmp, path)
 
-    def build(self) -> None:
+    def build(self, clock: StageClock | None = None) -> None:
+        """The bridge, then each instance (timed per instance on `clock`)."""
         self.build_bridge()
         hosts_text = self.plan.hosts_text()
         for net in self.plan.instances:
-            self.build_instance(net, hosts_text)
+            with clock.item("network") if clock else nullcontext():
+                self.build_instance(net, hosts_text)

@@ -16,16 +16,17 @@ namespaces it makes itself and commands it starts in them
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from collapsar.errors import RunError
+from collapsar.errors import EnvironmentProblem, RunError
 from collapsar.manager.addressing import NetworkPlan, new_run_id, plan_network
 from collapsar.manager.core import EmulationCore, real_tcal
 from collapsar.manager.experiment import all_instances, launches, paths_from
@@ -38,13 +39,15 @@ from collapsar.manager.local.supervisor import Launch, Supervisor
 from collapsar.manager.measure import workload
 from collapsar.manager.measure.throughput import Meter
 from collapsar.manager.run.awake import KeepAwake
-from collapsar.manager.run.options import RunOptions
+from collapsar.manager.run.options import ACTIVE_TREE_FROM, RunOptions
 from collapsar.manager.run.runtime import Place
 from collapsar.manager.run.skeleton import ManagerRun
+from collapsar.manager.run.stages import StageClock
 from collapsar.manager.status.api import StatusServer
 from collapsar.manager.status.control import AdHocLinks, local_control
 from collapsar.manager.status.topoview import topology_json
 from collapsar.model import Experiment
+from collapsar.tcal.contract import TreeFactory
 
 
 @dataclass(kw_only=True)
@@ -56,6 +59,7 @@ class LocalOptions(RunOptions):
     source_text: str | None = None  # the topology as parsed (ad-hoc changes re-parse it)
     probe_count: int = 0  # pings per pair before t=0 (0: no probe)
     keep_awake: str = "auto"  # busy idle-priority process per CPU: on, off, auto (on a VM; run/awake.py)
+    tree: str = "auto"  # each instance's tc tree: full, active, auto (run/options.py ACTIVE_TREE_FROM)
 
 
 class LocalRun(ManagerRun):
@@ -133,24 +137,33 @@ class LocalRun(ManagerRun):
         workload.trace_into(self)
         started = time.monotonic()
         journal = self.rundir.journal
-        self.host_net = HostNetwork(self.plan, journal)
-        self.host_net.build()
+        clock = StageClock()
+        with clock.stage("network"):
+            self.host_net = HostNetwork(self.plan, journal)
+            self.host_net.build(clock)
+        # The counters need only the interfaces: they attach on their own
+        # thread (mostly kernel time, BPF loads) while the trees go in.
+        self.meter = Meter(self.plan, self.tcal.counters_factory, self.say, clock)
+        self.meter.start()
         ip_of = self.plan.ip_of()
         first = self.timeline.steps[0].state
-        for net in self.plan.instances:
-            journal.record("qdisc", netns=net.netns, ifname=net.ifname, handle="1:")
-            core = EmulationCore(
-                net.instance,
-                net.ifname,
-                net.netns,
-                ip_of,
-                self.tcal.TcTree,
-                self.tcal.Shaping,
-                netem=self.netem,
-                wire_overhead=self.experiment.settings.wire_overhead,
-            )
-            core.install(paths_from(first, net.instance, self.instances))
-            self.cores[net.instance] = core
+        tree = self._tree_factory()
+        with clock.stage("shaping"):
+            for net in self.plan.instances:
+                journal.record("qdisc", netns=net.netns, ifname=net.ifname, handle="1:")
+                core = EmulationCore(
+                    net.instance,
+                    net.ifname,
+                    net.netns,
+                    ip_of,
+                    tree,
+                    self.tcal.Shaping,
+                    netem=self.netem,
+                    wire_overhead=self.experiment.settings.wire_overhead,
+                )
+                with clock.item("shaping"):
+                    core.install(paths_from(first, net.instance, self.instances))
+                self.cores[net.instance] = core
         if self.options.probe_count:
             probe_started = time.monotonic()
             outputs.probe_pairs(self)
@@ -162,8 +175,6 @@ class LocalRun(ManagerRun):
         # of them starts: t=0 is when they start.  With sharing, that includes
         # the counters: flows are shared from their first byte, not once the
         # counters catch up (seconds per instance on a VM's emulated CPUs).
-        self.meter = Meter(self.plan, self.tcal.counters_factory, self.say)
-        self.meter.start()
         if self.options.sharing:
             from collapsar.manager.sharing.local import LocalSharing
 
@@ -172,13 +183,16 @@ class LocalRun(ManagerRun):
         if self.options.status_port is not None:
             self.server = self._serve_status(first, self.options.status_port)
         if not self.options.wait_start:
-            self._start_commands()
+            with clock.stage("commands"):
+                self._start_commands(clock)
         up_ms = (time.monotonic() - started) * 1000
         self.say(
             f"{'network of' if self.options.wait_start else 'all'} {len(first.instances)} "
             f"instances up in {up_ms:.0f} ms"
             f" ({'netem' if self.netem else 'htb only, no delay/jitter/loss in this experiment'})"
         )
+        self.say(clock.summary() + " (bringup.json)")
+        self.rundir.write_file("bringup.json", json.dumps(clock.rows(), indent=1) + "\n")
         if self.options.wait_start:
             # The status API says so before the line does: a client that
             # reads the line and asks at once must not see "starting".
@@ -186,6 +200,25 @@ class LocalRun(ManagerRun):
             self.say("waiting for start: POST /control/start with the control token")
         else:
             self.begin()
+
+    def _tree_factory(self) -> TreeFactory:
+        """The trees' kind: a class per destination (full), or per distinct
+        path until a destination carries traffic (active: the eBPF counters
+        see it, so they are required)."""
+        kind = self.options.tree
+        problem = self.tcal.counters_problem() if kind != "full" else None
+        if kind == "auto":
+            kind = "active" if len(self.plan.instances) >= ACTIVE_TREE_FROM and problem is None else "full"
+        if kind == "full":
+            return self.tcal.TcTree
+        if problem is not None:
+            raise EnvironmentProblem(
+                f"--tree active needs the eBPF counters, which cannot load: {problem}",
+                "build them (`make -C tcal`) or run with --tree full",
+            )
+        self.active_tree = True
+        self.say("tc trees: active (one class per distinct path; a destination gets its own once it carries traffic)")
+        return self.tcal.ActiveTcTree
 
     def _serve_status(self, first, port: int) -> StatusServer:
         text = self.options.source_text
@@ -219,9 +252,10 @@ class LocalRun(ManagerRun):
         self.rundir.write_file("status-port", f"{server.port}\n")
         return server
 
-    def _start_commands(self) -> None:
+    def _start_commands(self, clock: StageClock | None = None) -> None:
         for instance in self.timeline.steps[0].state.instances:
-            self.start_instance(instance)
+            with clock.item("commands") if clock else nullcontext():
+                self.start_instance(instance)
 
     def begin(self) -> int:
         t0_ns = super().begin()
@@ -285,6 +319,8 @@ class LocalRun(ManagerRun):
             self.say(f"run {self.run_id} may have leftovers: `collapsar cleanup {self.run_id}`")
             return
         self.rundir.finish()
+        if self.active_tree:
+            self.say(f"tc trees: active; {self.activated} destinations got a class of their own")
         self.say(
             f"torn down: {len(self.instances)} namespaces, bridge {self.plan.bridge}; "
             f"logs in {self.rundir.path / 'logs'}"

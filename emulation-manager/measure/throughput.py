@@ -29,6 +29,7 @@ from typing import Protocol
 
 from collapsar.errors import CollapsarError
 from collapsar.manager.addressing import InstanceNet
+from collapsar.manager.run.stages import StageClock
 
 
 class DestCounter(Protocol):
@@ -84,8 +85,15 @@ class Segment:
 
 
 class Meter:
-    def __init__(self, plan: Instances, factory: CountersFactory | None, say: Callable[[str], None]):
+    def __init__(
+        self,
+        plan: Instances,
+        factory: CountersFactory | None,
+        say: Callable[[str], None],
+        clock: StageClock | None = None,
+    ):
         self._plan = plan
+        self._clock = clock or StageClock()  # the bring-up's, when the run keeps one (run/stages.py)
         self._factory = factory
         self._say = say
         self._instance_of = {net.ip: net.instance for net in plan.instances}
@@ -98,6 +106,7 @@ class Meter:
         self._flows: dict[tuple[str, str], dict] = {}
         self._active: dict[tuple[str, str], deque] = {}
         self._segments: dict[tuple[str, str], deque[Segment]] = {}
+        self._new_pairs: list[tuple[str, str]] = []  # first seen since the last new_pairs()
         self._configured: Callable[[str, str], tuple[int | None, bool]] = lambda src, dst: (None, False)
         self.t0_ns = time.monotonic_ns()
 
@@ -122,13 +131,18 @@ class Meter:
             self._thread.start()
 
     def _attach_all(self) -> None:
+        with self._clock.stage("counters"):
+            self._attach_each()
+
+    def _attach_each(self) -> None:
         if self._factory is None:
             return
         for net in self._plan.instances:
             if self._closing.is_set():
                 return
             try:
-                counters = self._factory(net.ifname, net.netns).attach()
+                with self._clock.item("counters"):
+                    counters = self._factory(net.ifname, net.netns).attach()
             except CollapsarError as error:
                 self._say(f"warning: no throughput measurements: {error}")
                 return
@@ -159,7 +173,10 @@ class Meter:
                 if dst is None:
                     continue  # traffic to outside the run (there should be none)
                 key = (src, dst)
-                history = self._history.setdefault(key, deque())
+                history = self._history.get(key)
+                if history is None:
+                    history = self._history[key] = deque()
+                    self._new_pairs.append(key)
                 history.append((now, counter.wire_bytes))
                 while len(history) > 2 and now - history[1][0] >= WINDOW_NS:
                     history.popleft()
@@ -188,6 +205,12 @@ class Meter:
                     "wire_bytes": counter.wire_bytes,
                     "rate_bps": rate,
                 }
+
+    def new_pairs(self) -> list[tuple[str, str]]:
+        """The (src, dst) pairs whose first bytes the samples since the last
+        call saw, in the order they were seen."""
+        pairs, self._new_pairs = self._new_pairs, []
+        return pairs
 
     def flows(self) -> list[dict]:
         """Each flow's counters, its rate over the last window, and its

@@ -11,6 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# From this many instances on, `tree="auto"` picks the active tree
+# (collapsar.tcal.active): below, a class per destination at t=0 costs under
+# ~4 s of bring-up; above, the kernel's cost per class (it grows with every
+# class on the host) makes N^2 classes take minutes (docs/scale.md).
+ACTIVE_TREE_FROM = 100
+TREES = ("auto", "full", "active")
+
 
 @dataclass(kw_only=True)
 class RunOptions:

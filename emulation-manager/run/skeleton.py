@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from collapsar.errors import CollapsarError
 from collapsar.manager.core import EmulationCore, needs_netem
 from collapsar.manager.experiment import all_instances, timeline_paths
 from collapsar.manager.play.live import LivePlayer
@@ -103,6 +104,8 @@ class ManagerRun:
         self.t0_ns: int | None = None
         self.player = LivePlayer(timeline, self)
         self.meter: Meter | None = None
+        self.active_tree = False  # True: idle destinations share classes until the meter sees them (tcal.active)
+        self.activated = 0  # destinations given their own class so far (active trees)
         self.sharing: Any = None  # the mode's sharing loop once up, unless sharing is off
         self.board = StatusBoard(self.paths_json, lambda: self.paths_version)
         self.server: StatusServer | None = None
@@ -223,6 +226,7 @@ class ManagerRun:
                 now_us = self.now_us()
                 if self.meter is not None:
                     self.meter.sample()
+                    self.activate_flows(self.meter.new_pairs())
                 if self.sharing is not None:
                     self.share(now_us)
                 self.board.publish(self.snapshot(now_us))
@@ -239,6 +243,24 @@ class ManagerRun:
         finally:
             watch.close()
         self.say(f"stopping: {self.stop_reason}")
+
+    def activate_flows(self, pairs: list[tuple[str, str]]) -> None:
+        """Flows the meter saw for the first time get classes of their own
+        (collapsar.tcal.active), before the sharing loop sets their shares."""
+        if not self.active_tree or not pairs:
+            return
+        by_src: dict[str, list[str]] = {}
+        for src, dst in pairs:
+            by_src.setdefault(src, []).append(dst)
+        with self.paths_lock:
+            for src, dsts in by_src.items():
+                core = self.cores.get(src)
+                if core is None:
+                    continue
+                try:
+                    self.activated += core.activate(dsts)
+                except CollapsarError as error:
+                    self.say(f"warning: {src}: cannot give its new flows their own classes: {error}")
 
     def stall_file(self) -> Path | None:
         """Where a stalled loop's stacks go (None: standard error)."""

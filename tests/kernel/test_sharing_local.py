@@ -7,7 +7,8 @@ Two iperf3 TCP flows cross one 20 Mbit/s bottleneck from two senders with
 and the survivor takes the whole link once the other stops.  Throughput is
 what the iperf3 *servers* received per second (the clients' own intervals
 count socket writes, which come in buffer-sized bursts).  One run serves
-every test of the module (about 20 s), plus one `--no-sharing` run."""
+every test of the module (about 20 s; one per tc tree kind, full and
+active), plus one `--no-sharing` run."""
 
 from __future__ import annotations
 
@@ -72,10 +73,13 @@ def run_dumbbell(tmp, *flags, long=14, short=7):
     }
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    run, host = quietest(lambda: run_dumbbell(tmp_path_factory.mktemp("sharing")))
-    return {**run, "host": str(host)}
+@pytest.fixture(scope="module", params=["full", "active"])
+def shared(request, tmp_path_factory):
+    """One run per tree kind: the active tree (classes shared by idle
+    destinations, tcal/active.py) must give the same shares as the full one."""
+    tree = request.param
+    run, host = quietest(lambda: run_dumbbell(tmp_path_factory.mktemp(f"sharing-{tree}"), "--tree", tree))
+    return {**run, "host": str(host), "tree": tree}
 
 
 def test_two_flows_each_get_half_the_bottleneck(shared):
@@ -98,6 +102,11 @@ def test_the_survivor_takes_the_whole_link(shared):
 def test_the_run_reports_its_sharing_and_metadata(shared):
     summary = next(line for line in shared["lines"] if line.startswith("sharing: "))
     assert "driver restarts 0" in summary and "dropped 0" in summary, summary
+    trees = [line for line in shared["lines"] if line.startswith("tc trees: ")]
+    if shared["tree"] == "full":
+        assert trees == []
+    else:  # a->ra, b->rb and their ACKs back: four pairs carried traffic
+        assert trees[-1] == "tc trees: active; 4 destinations got a class of their own", trees
     log = (shared["dir"] / "aeron-driver.log").read_text()
     assert "Shutting down driver" in log
 

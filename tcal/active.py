@@ -1,0 +1,370 @@
+"""ActiveTcTree: a TcTree whose destinations share classes until they carry traffic.
+
+Why it exists: every htb class binds a filter block, and for an interface
+without tc offload (veth) the kernel records each bound block in one
+host-wide list that it searches linearly, under one global mutex, on every
+bind (flow_indr_dev_setup_offload in net/core/flow_offload.c).  A class then
+costs time in proportion to the classes already on the host, all instances
+together: N instances with a class per destination make N^2 classes, and
+bringing them up costs about N^4 (400 instances took 636 s where 200 took
+17 s; docs/scale.md has the profile).
+
+Here a destination starts *dormant*: its u32 node points at a *shared class*,
+one per distinct record (rate, delay, jitter, distribution, loss) in this
+tree, so an instance whose destinations all have the same path (a star) has
+one class instead of N-1.  `activate(ips)` gives destinations their own
+class (made, then the node re-pointed): the emulation manager calls it in
+the period after the eBPF counters first see a byte to them
+(run/skeleton.py), so a flow shares a class with other new flows to
+destinations of the same record for at most one period, and from then on is
+shaped exactly as TcTree shapes it.  A dormant destination's changes move it
+to the shared class of its new record; a shared class left without members
+is deleted.  Active destinations are TcTree's own and behave as there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from collapsar.errors import CollapsarError
+from collapsar.tcal import nlmsg as m
+from collapsar.tcal.contract import ShapingChange
+from collapsar.tcal.dest import Dest
+from collapsar.tcal.layout import ROOT_MAJOR, U32Slot, classid, format_handle
+from collapsar.tcal.nlsock import KernelFailure
+from collapsar.tcal.plan import LeafParams, Shaping, leaf_params
+from collapsar.tcal.requests import BLACKHOLE
+from collapsar.tcal.tree import TcTree
+
+SHARED_IP = "0.0.0.0"  # the address in a shared class's record: it stands for no one destination
+
+
+@dataclass(eq=False)
+class Shared:
+    """A class the dormant destinations of one record go through."""
+
+    record: Shaping  # dst_ip is SHARED_IP
+    minor: int
+    leaf: LeafParams
+    members: set[str] = field(default_factory=set)
+
+    @property
+    def classid(self) -> int:
+        return classid(ROOT_MAJOR, self.minor)
+
+
+@dataclass(eq=False)
+class Dormant:
+    shaping: Shaping
+    slot: U32Slot
+    shared: Shared
+    cut: bool = False
+
+
+class ActiveTcTree(TcTree):
+    """TcTree's contract (collapsar.tcal.contract.ShapingTree) with classes
+    made only for destinations that carry traffic (see the module's text)."""
+
+    def __init__(self, ifname: str, netns: str | None = None, wire_overhead: bool = True, netem: bool = True):
+        super().__init__(ifname, netns, wire_overhead=wire_overhead, netem=netem)
+        self._dormant: dict[str, Dormant] = {}
+        self._shared: dict[Shaping, Shared] = {}
+
+    @property
+    def shapings(self) -> dict[str, Shaping]:
+        out = super().shapings
+        out.update((ip, d.shaping) for ip, d in self._dormant.items())
+        return out
+
+    @property
+    def dormant(self) -> frozenset[str]:
+        """Destinations still going through a shared class."""
+        return frozenset(self._dormant)
+
+    @property
+    def shared_classes(self) -> dict[str, int]:
+        """Each shared class's handle -> how many destinations it holds."""
+        return {format_handle(s.classid): len(s.members) for s in self._shared.values()}
+
+    def setup(self, shapings: Sequence[Shaping]) -> None:
+        seen: set[str] = set()
+        for s in shapings:
+            if s.dst_ip in seen:
+                raise CollapsarError(f"destination {s.dst_ip} appears twice in one tree")
+            seen.add(s.dst_ip)
+        plan = self._open([])  # no class per destination: the plan holds the base only
+        self._limit_gso([s.rate_bps for s in shapings])
+        reqs = self._requests.base(plan)
+        tables: set[int] = set()
+        for s in shapings:
+            shared = self._shared_for(s, reqs, [])
+            slot = self._layout.place(s.dst_ip)
+            reqs += self._requests.filter_node(slot, s.dst_ip, shared.classid, self._new_table(slot, tables))
+            self._dormant[s.dst_ip] = Dormant(s, slot, shared)
+            shared.members.add(s.dst_ip)
+        self._finish(reqs, tables)
+
+    def activate(self, dst_ips: Iterable[str]) -> int:
+        """Own classes for these destinations (those already active, removed or
+        unknown are skipped); returns how many were made."""
+        self._need_setup()
+        reqs: list[m.Request] = []
+        made: list[Dormant] = []
+        for ip in dst_ips:
+            d = self._dormant.pop(ip, None)
+            if d is None:
+                continue
+            minor = self._minors.take()
+            leaf = leaf_params(d.shaping, netem=self.netem, mtu_bytes=self._mtu)
+            dest = Dest(d.shaping, minor, leaf, d.slot, self._template(minor), None, cut=d.cut)
+            what = f"destination {ip}: create class {format_handle(dest.classid)}"
+            reqs.append(self._requests.klass(dest.classid, self._htb(d.shaping.rate_bps), m.CREATE, what, ip))
+            reqs.append(self._requests.leaf(minor, leaf, True, m.CREATE, ip))
+            if not d.cut:
+                reqs.append(self._requests.filter(d.slot, ip, dest.classid, f"destination {ip}: point filter at class"))
+            dest.table_sent = leaf.distribution if leaf.jitter_us else None
+            self._dests[ip] = dest
+            d.shared.members.discard(ip)
+            made.append(d)
+        if not made:
+            return 0
+        emptied = self._delete_empty({d.shared for d in made}, reqs)
+
+        def then(failures: list[KernelFailure]) -> None:
+            if not failures:
+                self._free(emptied)
+                return
+            refused = {f.request.key for f in failures}
+            for d in made:  # a refused one goes back to its shared class
+                ip = d.shaping.dst_ip
+                if ip in refused:
+                    del self._dests[ip]
+                    self._dormant[ip] = d
+                    d.shared.members.add(ip)
+            self._keep(emptied)
+            self._raise(failures, "activate")
+
+        self._socket.submit(reqs, then)
+        return len(made)
+
+    def change_many(self, changes: Mapping[str, ShapingChange]) -> None:
+        self._need_setup()
+        moves: list[tuple[Dormant, Shaping]] = []
+        for ip, change in changes.items():
+            d = self._dormant.get(ip)
+            if d is not None:
+                try:
+                    moves.append((d, dataclasses.replace(d.shaping, **change.values())))
+                except CollapsarError as exc:
+                    raise CollapsarError(f"{self._where()}: {exc}") from None
+        rest = {ip: change for ip, change in changes.items() if ip not in self._dormant}
+        if rest:
+            super().change_many(rest)
+        if moves:
+            self._move(moves)
+
+    def add(self, shaping: Shaping) -> None:
+        self._need_setup()
+        ip = shaping.dst_ip
+        if ip in self._dests or ip in self._dormant:
+            raise CollapsarError(f"{self._where()}: destination {ip} is already in the tree")
+        leaf_params(shaping, netem=self.netem, mtu_bytes=self._mtu)  # refuses what this tree cannot shape
+        reqs: list[m.Request] = []
+        shared = self._shared_for(shaping, reqs, [])
+        removed_slot = self._removed.pop(ip, None)
+        tables: set[int] = set()
+        if removed_slot is not None:
+            slot = removed_slot
+            reqs.append(self._requests.filter(slot, ip, shared.classid, f"destination {ip}: point filter at class"))
+        else:
+            slot = self._layout.place(ip)
+            reqs += self._requests.filter_node(slot, ip, shared.classid, self._new_table(slot, tables))
+        self._dormant[ip] = Dormant(shaping, slot, shared)
+        shared.members.add(ip)
+        self._level2 |= tables
+
+        def then(failures: list[KernelFailure]) -> None:
+            if not failures:
+                return
+            del self._dormant[ip]
+            shared.members.discard(ip)
+            self._level2 -= tables
+            if removed_slot is not None:
+                self._removed[ip] = removed_slot
+            self._raise(failures, "add")
+
+        self._socket.submit(reqs, then)
+        self._limit_gso([shaping.rate_bps])
+
+    def remove(self, dst_ip: str) -> None:
+        d = self._dormant.get(dst_ip)
+        if d is None:
+            super().remove(dst_ip)
+            return
+        reqs = [self._requests.filter(d.slot, dst_ip, BLACKHOLE, f"destination {dst_ip}: point filter at blackhole")]
+        del self._dormant[dst_ip]
+        d.shared.members.discard(dst_ip)
+        self._removed[dst_ip] = d.slot
+        emptied = self._delete_empty({d.shared}, reqs)
+
+        def then(failures: list[KernelFailure]) -> None:
+            if failures:
+                del self._removed[dst_ip]
+                self._dormant[dst_ip] = d
+                d.shared.members.add(dst_ip)
+                self._keep(emptied)
+                self._raise(failures, "remove")
+            self._free(emptied)
+
+        self._socket.submit(reqs, then)
+
+    def teardown(self) -> None:
+        super().teardown()
+        self._dormant.clear()
+        self._shared.clear()
+
+    # --- helpers ---------------------------------------------------------------
+
+    def _point(self, dst_ip: str, cut: bool) -> None:
+        d = self._dormant.get(dst_ip)
+        if d is None:
+            super()._point(dst_ip, cut)
+            return
+        target = BLACKHOLE if cut else d.shared.classid
+        was, d.cut = d.cut, cut
+
+        def then(failures: list[KernelFailure]) -> None:
+            if failures:
+                d.cut = was
+                self._raise(failures, "cut" if cut else "restore")
+
+        verb = "cut" if cut else "restore"
+        what = f"destination {dst_ip}: {verb} path (filter -> {format_handle(target)})"
+        self._socket.submit([self._requests.filter(d.slot, dst_ip, target, what)], then)
+
+    def _move(self, moves: list[tuple[Dormant, Shaping]]) -> None:
+        """Dormant destinations take new records.  A shared class whose
+        members all take the same new record (a link change: every path
+        across it changes alike) is changed in place, one class and leaf
+        message for all of them; otherwise each destination goes to its new
+        record's shared class (made if new), and classes left empty are
+        deleted after the nodes have left them."""
+        reqs: list[m.Request] = []
+        made: list[Shared] = []
+        undo = [(d, d.shaping, d.shared) for d, _ in moves]
+        retagged = self._change_whole(moves, reqs)
+        left: set[Shared] = set()
+        for d, new in moves:
+            ip = d.shaping.dst_ip
+            if d.shared in retagged:
+                d.shaping = new
+                continue
+            shared = self._shared_for(new, reqs, made)
+            d.shaping = new
+            if shared is d.shared:
+                continue
+            left.add(d.shared)
+            d.shared.members.discard(ip)
+            shared.members.add(ip)
+            d.shared = shared
+            if not d.cut:
+                what = f"destination {ip}: point filter at shared class {format_handle(shared.classid)}"
+                reqs.append(self._requests.filter(d.slot, ip, shared.classid, what))
+        emptied = self._delete_empty(left, reqs)
+        if not reqs:
+            return
+
+        def then(failures: list[KernelFailure]) -> None:
+            if not failures:
+                self._free(emptied)
+                return
+            for shared, (record, leaf) in retagged.items():
+                del self._shared[shared.record]
+                shared.record, shared.leaf = record, leaf
+                self._shared[record] = shared
+            for d, shaping, shared in reversed(undo):
+                d.shared.members.discard(d.shaping.dst_ip)
+                d.shaping, d.shared = shaping, shared
+                shared.members.add(shaping.dst_ip)
+            self._keep(emptied)
+            for s in made:  # its minor stays taken: the kernel may hold the class
+                if not s.members:
+                    self._shared.pop(s.record, None)
+            self._raise(failures, "change")
+
+        self._socket.submit(reqs, then)
+
+    def _change_whole(
+        self, moves: list[tuple[Dormant, Shaping]], reqs: list[m.Request]
+    ) -> dict[Shared, tuple[Shaping, LeafParams]]:
+        """Shared classes all of whose members move to one new record that no
+        other class holds: changed in place (their requests added to `reqs`).
+        Returns them with the record and leaf they had."""
+        targets: dict[Shared, set[Shaping]] = {}
+        count: dict[Shared, int] = {}
+        sample: dict[Shared, Shaping] = {}  # a member's new record: errors name a destination
+        for d, new in moves:
+            targets.setdefault(d.shared, set()).add(dataclasses.replace(new, dst_ip=SHARED_IP))
+            count[d.shared] = count.get(d.shared, 0) + 1
+            sample[d.shared] = new
+        retagged: dict[Shared, tuple[Shaping, LeafParams]] = {}
+        for shared, keys in targets.items():
+            if len(keys) != 1 or count[shared] != len(shared.members):
+                continue
+            (key,) = keys
+            if key == shared.record or key in self._shared:
+                continue
+            retagged[shared] = (shared.record, shared.leaf)
+            what = f"change shared class {format_handle(shared.classid)}"
+            if key.rate_bps != shared.record.rate_bps:
+                reqs.append(self._requests.klass(shared.classid, self._htb(key.rate_bps), m.CHANGE, what, None))
+            leaf = leaf_params(sample[shared], netem=self.netem, mtu_bytes=self._mtu)
+            leaf = leaf._replace(limit_pkts=max(leaf.limit_pkts, shared.leaf.limit_pkts))
+            if leaf != shared.leaf:
+                reqs.append(self._requests.leaf(shared.minor, leaf, True, m.CHANGE, None))
+            del self._shared[shared.record]
+            shared.record, shared.leaf = key, leaf
+            self._shared[key] = shared
+        return retagged
+
+    def _shared_for(self, shaping: Shaping, reqs: list[m.Request], made: list[Shared]) -> Shared:
+        """The shared class of `shaping`'s record; its requests are added to
+        `reqs` (and the class to `made`) when it is new."""
+        key = dataclasses.replace(shaping, dst_ip=SHARED_IP)
+        shared = self._shared.get(key)
+        if shared is None:
+            minor = self._minors.take()
+            leaf = leaf_params(shaping, netem=self.netem, mtu_bytes=self._mtu)
+            shared = self._shared[key] = Shared(key, minor, leaf)
+            what = f"create shared class {format_handle(shared.classid)}"
+            reqs.append(self._requests.klass(shared.classid, self._htb(key.rate_bps), m.CREATE, what, None))
+            reqs.append(self._requests.leaf(minor, leaf, True, m.CREATE, None))
+            made.append(shared)
+        return shared
+
+    def _delete_empty(self, candidates: set[Shared], reqs: list[m.Request]) -> list[Shared]:
+        """Delete requests for the candidates left without members (after
+        `reqs`' own, so that no node points at them any more)."""
+        emptied = [s for s in candidates if not s.members]
+        for s in emptied:
+            del self._shared[s.record]
+            reqs.append(self._requests.delete_shared(s.classid))
+        return emptied
+
+    def _free(self, emptied: list[Shared]) -> None:
+        for s in emptied:
+            self._minors.free(s.minor)  # only once the class is gone
+
+    def _keep(self, emptied: list[Shared]) -> None:
+        """The kernel refused a batch: the classes it was to delete stay ours."""
+        for s in emptied:
+            self._shared[s.record] = s
+
+    def _new_table(self, slot: U32Slot, pending: set[int]) -> bool:
+        htid = slot.level2_htid
+        if htid in self._level2 or htid in pending:
+            return False
+        pending.add(htid)
+        return True
