@@ -105,7 +105,7 @@ def one_run(workdir: Path, keep_awake: str, extra: int = 0) -> dict[str, list[in
                 "--duration",
                 "10s",
                 "--subnet",
-                "10.79.0.0/24",
+                "10.79.0.0/24" if extra < 240 else "10.79.0.0/21",
                 "--run-dir",
                 str(workdir / "runs"),
                 "--grace",

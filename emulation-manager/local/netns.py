@@ -59,37 +59,49 @@ class HostNetwork:
         self._bridge_index = index
         firewall.allow_bridge(name, f"collapsar {self.plan.run_id}", self.journal.record)
 
-    def build_instance(self, net: InstanceNet, hosts_text: str) -> None:
-        """Namespace, hosts file, veth pair on the bridge, address, links up."""
+    def build_instance(self, net: InstanceNet, hosts_text: str, clock: StageClock | None = None) -> None:
+        """Namespace, hosts file, veth pair on the bridge, address, links up
+        (each part timed per instance on `clock`, docs/scale.md)."""
+        clock = clock or StageClock()
         self.journal.record("netns", name=net.netns, instance=net.instance)
         try:
-            inode = create_netns(net.netns)
+            with clock.item("network: namespace"):
+                inode = create_netns(net.netns)
         except OSError as error:
             raise KernelError(f"instance {net.instance}: cannot create netns {net.netns}: {error}") from None
         self.journal.record("netns_inode", name=net.netns, inode=inode)
-        self._write_hosts(net.netns, hosts_text)
+        with clock.item("network: hosts file"):
+            self._write_hosts(net.netns, hosts_text)
         self.journal.record("veth", name=net.host_veth, instance=net.instance)
         try:
-            self._ipr.link(
-                "add", ifname=net.host_veth, kind="veth", peer={"ifname": net.ifname, "net_ns_fd": net.netns}
-            )
-            index = self._index(net.host_veth)
-            self._ipr.link("set", index=index, master=self._bridge_index, state="up")
-            with InNetns(net.netns):
-                inner = IPRoute()
-            try:
-                (lo,) = inner.link_lookup(ifname="lo")
-                inner.link("set", index=lo, state="up")
-                (eth,) = inner.link_lookup(ifname=net.ifname)
-                inner.addr("add", index=eth, address=net.ip, prefixlen=net.prefixlen)
-                inner.link("set", index=eth, state="up")
-            finally:
-                inner.close()
+            with clock.item("network: veth"):
+                self._ipr.link(
+                    "add", ifname=net.host_veth, kind="veth", peer={"ifname": net.ifname, "net_ns_fd": net.netns}
+                )
+            with clock.item("network: bridge port"):
+                index = self._index(net.host_veth)
+                self._ipr.link("set", index=index, master=self._bridge_index, state="up")
+            with clock.item("network: addresses"):
+                self._configure_inside(net)
         except NetlinkError as error:
             raise KernelError(
                 f"instance {net.instance}: cannot wire {net.host_veth} <-> "
                 f"{net.netns}/{net.ifname} ({net.ip}): {error.args[-1]}"
             ) from None
+
+    @staticmethod
+    def _configure_inside(net: InstanceNet) -> None:
+        """Inside the namespace: loopback up, the address, the interface up."""
+        with InNetns(net.netns):
+            inner = IPRoute()
+        try:
+            (lo,) = inner.link_lookup(ifname="lo")
+            inner.link("set", index=lo, state="up")
+            (eth,) = inner.link_lookup(ifname=net.ifname)
+            inner.addr("add", index=eth, address=net.ip, prefixlen=net.prefixlen)
+            inner.link("set", index=eth, state="up")
+        finally:
+            inner.close()
 
     def _write_hosts(self, netns: str, text: str) -> None:
         path = hosts_file(netns)
@@ -105,4 +117,4 @@ class HostNetwork:
         hosts_text = self.plan.hosts_text()
         for net in self.plan.instances:
             with clock.item("network") if clock else nullcontext():
-                self.build_instance(net, hosts_text)
+                self.build_instance(net, hosts_text, clock)

@@ -229,7 +229,8 @@ class ManagerRun:
                     self.activate_flows(self.meter.new_pairs())
                 if self.sharing is not None:
                     self.share(now_us)
-                self.board.publish(self.snapshot(now_us))
+                if self.server is not None:  # the snapshot's only reader (--status-port -1: none)
+                    self.board.publish(self.snapshot(now_us))
                 if self.options.duration_us is not None and now_us >= self.options.duration_us:
                     self.stop("duration reached")
                 elif (reason := self.done(now_us)) is not None:

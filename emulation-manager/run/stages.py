@@ -51,6 +51,7 @@ class StageClock:
 
     def __init__(self) -> None:
         self._stages: dict[str, Stage] = {}
+        self._timed: set[str] = set()  # stages timed whole (the rest: parts of one, per instance only)
         self._lock = threading.Lock()
 
     def _get(self, name: str) -> Stage:
@@ -61,6 +62,7 @@ class StageClock:
     def stage(self, name: str) -> Iterator[None]:
         """The whole stage: wall and CPU added to `name`."""
         stage = self._get(name)
+        self._timed.add(name)
         wall, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_THREAD)
         try:
             yield
@@ -72,7 +74,9 @@ class StageClock:
 
     @contextmanager
     def item(self, name: str) -> Iterator[None]:
-        """One instance's part of stage `name` (inside or outside `stage`)."""
+        """One instance's part of stage `name` (inside or outside `stage`);
+        a name never timed whole ("network: veth") is a part of a stage,
+        listed in bringup.json and left out of the summary line."""
         stage = self._get(name)
         began = time.perf_counter()
         try:
@@ -88,6 +92,8 @@ class StageClock:
         """One line: each stage's wall time, per instance where it has them."""
         parts = []
         for row in self.rows():
+            if row["stage"] not in self._timed:
+                continue
             per = f" ({row['per_instance_ms']:.1f} ms/instance, growth {row['growth']})" if row["instances"] else ""
             parts.append(f"{row['stage']} {row['wall_s']:.2f} s{per}")
         return "bring-up: " + ", ".join(parts)
