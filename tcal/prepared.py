@@ -261,7 +261,7 @@ class PreparedStep:
             return time.monotonic_ns(), time.monotonic_ns(), errors
         # Set by _encode whenever the library loaded (no problem) and there is work.
         assert sealed.lib is not None and sealed.native is not None and sealed.signals is not None
-        times = (ctypes.c_int64 * 2)()
+        times = (ctypes.c_int64 * 3)()  # woken, in force (last send), answers read
         sealed.lib.cx_fire(
             self.deadline_ns,
             sealed.signals,

@@ -118,7 +118,7 @@ static int read_answers(struct cx_fire_batch *b, int32_t timeout_ms)
 
 void cx_fire(int64_t deadline_ns, struct cx_fire_signal *signals, uint64_t n_signals,
 	     struct cx_fire_batch *batches, uint64_t n_batches, int32_t reply_timeout_ms,
-	     int64_t times[2])
+	     int64_t times[3])
 {
 	sleep_until(deadline_ns);
 	times[0] = now_ns();
@@ -128,8 +128,12 @@ void cx_fire(int64_t deadline_ns, struct cx_fire_signal *signals, uint64_t n_sig
 		batches[i].reply_len = 0;
 		batches[i].error = send_all(batches[i].fd, batches[i].request, batches[i].request_len);
 	}
+	/* In force: rtnetlink handled every request inside its send.  Reading
+	 * the answers (which say what was refused) comes after, and at 400
+	 * namespaces took 1-2 ms of its own. */
+	times[1] = now_ns();
 	for (uint64_t i = 0; i < n_batches; i++)
 		if (batches[i].error == 0)
 			batches[i].error = read_answers(&batches[i], reply_timeout_ms);
-	times[1] = now_ns();
+	times[2] = now_ns();
 }

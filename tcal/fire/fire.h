@@ -34,10 +34,10 @@ struct cx_fire_batch {
 };
 
 /* times[0]: when the deadline was reached (woken); times[1]: when the last
- * answer was read.  Both CLOCK_MONOTONIC in ns, like Python's
- * time.monotonic_ns(). */
+ * batch was sent (the step is in force); times[2]: when the last answer was
+ * read.  CLOCK_MONOTONIC in ns, like Python's time.monotonic_ns(). */
 void cx_fire(int64_t deadline_ns, struct cx_fire_signal *signals, uint64_t n_signals,
 	     struct cx_fire_batch *batches, uint64_t n_batches, int32_t reply_timeout_ms,
-	     int64_t times[2]);
+	     int64_t times[3]);
 
 #endif
