@@ -33,10 +33,10 @@ from collapsar.errors import CollapsarError
 from collapsar.model import SHAPING_FIELDS
 from collapsar.tcal import nlmsg as m
 from collapsar.tcal.contract import ShapingChange
-from collapsar.tcal.dest import Dest
+from collapsar.tcal.dest import Dest, unchecked
 from collapsar.tcal.layout import ROOT_MAJOR, U32Slot, classid, format_handle
 from collapsar.tcal.nlsock import KernelFailure
-from collapsar.tcal.plan import LeafParams, Shaping, leaf_params
+from collapsar.tcal.plan import LeafParams, Shaping, check_unique, leaf_params
 from collapsar.tcal.requests import BLACKHOLE
 from collapsar.tcal.tree import TcTree
 
@@ -95,11 +95,7 @@ class ActiveTcTree(TcTree):
         return {format_handle(s.classid): len(s.members) for s in self._shared.values()}
 
     def setup(self, shapings: Sequence[Shaping]) -> None:
-        seen: set[str] = set()
-        for s in shapings:
-            if s.dst_ip in seen:
-                raise CollapsarError(f"destination {s.dst_ip} appears twice in one tree")
-            seen.add(s.dst_ip)
+        check_unique(shapings)
         plan = self._open([])  # no class per destination: the plan holds the base only
         self._limit_gso([s.rate_bps for s in shapings])
         reqs = self._requests.base(plan)
@@ -125,9 +121,7 @@ class ActiveTcTree(TcTree):
             minor = self._minors.take()
             leaf = leaf_params(d.shaping, netem=self.netem, mtu_bytes=self._mtu)
             dest = Dest(d.shaping, minor, leaf, d.slot, self._template(minor), None, cut=d.cut)
-            what = f"destination {ip}: create class {format_handle(dest.classid)}"
-            reqs.append(self._requests.klass(dest.classid, self._htb(d.shaping.rate_bps), m.CREATE, what, ip))
-            reqs.append(self._requests.leaf(minor, leaf, True, m.CREATE, ip))
+            reqs += self._requests.class_and_leaf(dest, self._htb(d.shaping.rate_bps))
             if not d.cut:
                 reqs.append(self._requests.filter(d.slot, ip, dest.classid, f"destination {ip}: point filter at class"))
             dest.table_sent = leaf.distribution if leaf.jitter_us else None
@@ -173,7 +167,7 @@ class ActiveTcTree(TcTree):
                     new = made[memo] = dataclasses.replace(d.shaping, **change.values())
                 except CollapsarError as exc:
                     raise CollapsarError(f"{self._where()}: {exc}") from None
-            moves.append((d, new if new.dst_ip == ip else _readdressed(new, ip)))
+            moves.append((d, new if new.dst_ip == ip else unchecked(new, dst_ip=ip)))
         rest = {ip: change for ip, change in changes.items() if ip not in self._dormant}
         if rest:
             super().change_many(rest)
@@ -377,19 +371,3 @@ class ActiveTcTree(TcTree):
         """The kernel refused a batch: the classes it was to delete stay ours."""
         for s in emptied:
             self._shared[s.key] = s
-
-    def _new_table(self, slot: U32Slot, pending: set[int]) -> bool:
-        htid = slot.level2_htid
-        if htid in self._level2 or htid in pending:
-            return False
-        pending.add(htid)
-        return True
-
-
-def _readdressed(shaping: Shaping, ip: str) -> Shaping:
-    """`shaping` (checked) for another destination address, without checking
-    it again: `ip` is one the tree already holds."""
-    new = object.__new__(Shaping)
-    new.__dict__.update(shaping.__dict__)  # frozen: fill the copy's dict directly
-    new.__dict__["dst_ip"] = ip
-    return new

@@ -58,9 +58,12 @@ def put_back_all(undo: list[tuple[Dest, Saved]], only: set[str | None] | None) -
             dest.shaping, dest.leaf, dest.sized_for_bps, dest.table_sent = state
 
 
-def with_rate(shaping: Shaping, rate_bps: int | None) -> Shaping:
-    """`shaping` with another (checked) rate, without re-validating the fields that did not change."""
+def unchecked(shaping: Shaping, **values: object) -> Shaping:
+    """`shaping` with some fields replaced by values already checked (a rate
+    check_rate passed, an address the tree holds), without validating the
+    record again: the sharing loop's hundreds of rate changes per period, a
+    link change's thousands of moved destinations."""
     new = object.__new__(Shaping)
     new.__dict__.update(shaping.__dict__)  # frozen: fill the copy's dict directly
-    new.__dict__["rate_bps"] = rate_bps
+    new.__dict__.update(values)
     return new

@@ -339,14 +339,19 @@ def blackhole_leaf(netem: bool) -> LeafParams:
     return LeafParams("netem", BASE_QUEUE_PKTS, loss_ratio=1.0) if netem else LeafParams("pfifo", 0)
 
 
-def plan_tree(
-    shapings: Sequence[Shaping], *, wire_overhead: bool = True, netem: bool = True, mtu_bytes: int = 1500
-) -> TreePlan:
+def check_unique(shapings: Sequence[Shaping]) -> None:
+    """One record per destination address in a tree."""
     seen: set[str] = set()
     for s in shapings:
         if s.dst_ip in seen:
             raise CollapsarError(f"destination {s.dst_ip} appears twice in one tree")
         seen.add(s.dst_ip)
+
+
+def plan_tree(
+    shapings: Sequence[Shaping], *, wire_overhead: bool = True, netem: bool = True, mtu_bytes: int = 1500
+) -> TreePlan:
+    check_unique(shapings)
     htb = HtbCalculator(wire_overhead=wire_overhead, mtu_bytes=mtu_bytes)
     plan = TreePlan(
         wire_overhead,

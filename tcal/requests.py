@@ -68,12 +68,17 @@ class TreeRequests:
         `reuse_filter`: its node is there already (a removed destination
         added again), pointed at the blackhole."""
         ip = dest.shaping.dst_ip
-        what = f"destination {ip}: create class {format_handle(dest.classid)}"
-        reqs = [self.klass(dest.classid, htb, m.CREATE, what, ip), self.leaf(dest.minor, dest.leaf, True, m.CREATE, ip)]
+        reqs = self.class_and_leaf(dest, htb)
         if reuse_filter:
             reqs.append(self.filter(dest.slot, ip, dest.classid, f"destination {ip}: point filter at class"))
             return reqs
         return reqs + self.filter_node(dest.slot, ip, dest.classid, new_table)
+
+    def class_and_leaf(self, dest: Dest, htb: HtbParams) -> list[m.Request]:
+        """The destination's own class and its leaf, made."""
+        ip = dest.shaping.dst_ip
+        what = f"destination {ip}: create class {format_handle(dest.classid)}"
+        return [self.klass(dest.classid, htb, m.CREATE, what, ip), self.leaf(dest.minor, dest.leaf, True, m.CREATE, ip)]
 
     def filter_node(self, slot: U32Slot, ip: str, target: int, new_table: bool) -> list[m.Request]:
         """A destination's u32 node, pointed at `target`; `new_table`: its

@@ -25,7 +25,7 @@ from collapsar.errors import CollapsarError, KernelError
 from collapsar.tcal import nlmsg as m
 from collapsar.tcal.check import netem_missing
 from collapsar.tcal.contract import ShapingChange
-from collapsar.tcal.dest import Dest, Saved, put_back_all, saved, with_rate
+from collapsar.tcal.dest import Dest, Saved, put_back_all, saved, unchecked
 from collapsar.tcal.layout import ROOT_MAJOR, MinorAllocator, U32Layout, U32Slot, classid, format_handle
 from collapsar.tcal.link import GsoLimit
 from collapsar.tcal.nlsock import KernelFailure, RouteSocket, interface_index, interface_mtu
@@ -155,7 +155,7 @@ class TcTree:
                             )
                         )
                         undo.append((dest, saved(dest)))
-                        dest.shaping = with_rate(dest.shaping, rate)
+                        dest.shaping = unchecked(dest.shaping, rate_bps=rate)
                         continue
                 before = saved(dest)
                 self._stage(dest, change, reqs)
@@ -276,11 +276,17 @@ class TcTree:
         """Requests that create the destination's class, leaf and filter node;
         second-level tables it needs are noted in `pending_tables`, to be
         recorded once the kernel has accepted them."""
-        htid = dest.slot.level2_htid
-        new_table = not reuse_filter and htid not in self._level2 and htid not in pending_tables
-        if new_table:
-            pending_tables.add(htid)
+        new_table = not reuse_filter and self._new_table(dest.slot, pending_tables)
         return self._requests.create_dest(dest, self._htb(dest.shaping.rate_bps), new_table, reuse_filter)
+
+    def _new_table(self, slot: U32Slot, pending: set[int]) -> bool:
+        """Whether `slot`'s second-level hash table is still to be made (then
+        noted in `pending`, recorded once the kernel has accepted it)."""
+        htid = slot.level2_htid
+        if htid in self._level2 or htid in pending:
+            return False
+        pending.add(htid)
+        return True
 
     def _point(self, dst_ip: str, cut: bool) -> None:
         dest = self._dest(dst_ip)

@@ -9,7 +9,6 @@ processes.  Each object is written to the run's journal before it is made
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
 from pathlib import Path
 
 from pyroute2 import IPRoute
@@ -59,10 +58,9 @@ class HostNetwork:
         self._bridge_index = index
         firewall.allow_bridge(name, f"collapsar {self.plan.run_id}", self.journal.record)
 
-    def build_instance(self, net: InstanceNet, hosts_text: str, clock: StageClock | None = None) -> None:
+    def build_instance(self, net: InstanceNet, hosts_text: str, clock: StageClock) -> None:
         """Namespace, hosts file, veth pair on the bridge, address, links up
         (each part timed per instance on `clock`, docs/scale.md)."""
-        clock = clock or StageClock()
         self.journal.record("netns", name=net.netns, instance=net.instance)
         try:
             with clock.item("network: namespace"):
@@ -113,8 +111,9 @@ class HostNetwork:
 
     def build(self, clock: StageClock | None = None) -> None:
         """The bridge, then each instance (timed per instance on `clock`)."""
+        clock = clock or StageClock()
         self.build_bridge()
         hosts_text = self.plan.hosts_text()
         for net in self.plan.instances:
-            with clock.item("network") if clock else nullcontext():
+            with clock.item("network"):
                 self.build_instance(net, hosts_text, clock)
