@@ -18,6 +18,7 @@ Vocabulary:
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -117,6 +118,10 @@ class LinkProps(ShapingRules):
 
 
 SHAPING_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LinkProps))
+
+# The shaping values of a record, a path or a tc destination, as one tuple
+# (attrgetter is C: a link change at 400 instances compares 80,000 of them).
+shaping_values = operator.attrgetter(*SHAPING_FIELDS)
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,12 @@ and what the tree holds is always `effective(path, override)`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
+from typing import cast
 
 from collapsar.errors import CollapsarError
-from collapsar.model import LinkProps, Path
+from collapsar.model import SHAPING_FIELDS, LinkProps, Path, shaping_values
 from collapsar.tcal.contract import ShapingChange, ShapingTree, TreeFactory
 from collapsar.tcal.plan import Shaping
 
@@ -91,8 +92,11 @@ class EmulationCore:
         self.shaped: dict[str, Path | None] = {}
         self.cut: set[str] = set()
         self.overrides: dict[str, Override] = {}
-        # dst -> the record its class holds in the tree (absent: placeholder)
+        # dst -> the record its class holds in the tree (absent: placeholder);
+        # records without an override are interned (one object per distinct
+        # values), so that destinations of one record are known as one.
         self._in_tree: dict[str, LinkProps] = {}
+        self._records: dict[tuple, LinkProps] = {}
 
     @property
     def tree(self) -> ShapingTree:
@@ -112,14 +116,16 @@ class EmulationCore:
             shapings.append(self._shaping_type.of(self.ip_of[dst], props))
         return InstallPlan(tuple(shapings), tuple(cut))
 
-    def install(self, paths: Mapping[str, Path | None]) -> None:
+    def install(self, paths: Mapping[str, Path | None], groups: Mapping[str, Hashable] | None = None) -> None:
         """t=0: one class per destination, in one setup (the TCAL batches it);
-        the placeholders are cut after."""
+        the placeholders are cut after.  `groups`: dst -> its changes over
+        the run (play.player.lineages), the hint ShapingTree.setup takes."""
         plan = self.plan(paths)
         self._tree = self._tree_factory(
             self.ifname, netns=self.netns, wire_overhead=self.wire_overhead, netem=self.netem
         )
-        self._tree.setup(plan.shapings)
+        ip_groups = None if groups is None else {self.ip_of[dst]: key for dst, key in groups.items()}
+        self._tree.setup(plan.shapings, ip_groups)
         self.shaped = {dst: path for dst, path in paths.items() if dst != self.instance}
         self._in_tree = {dst: self._effective(dst, path) for dst, path in self.shaped.items() if path is not None}
         for dst in plan.cut:
@@ -138,7 +144,16 @@ class EmulationCore:
             self._in_tree[dst] = props
 
     def _effective(self, dst: str, path: Path) -> LinkProps:
-        return effective(path, self.overrides.get(dst), self.netem)
+        override = self.overrides.get(dst)
+        return self._record(path) if override is None else effective(path, override, self.netem)
+
+    def _record(self, path: Path) -> LinkProps:
+        """The path's record, interned."""
+        values = shaping_values(path)
+        record = self._records.get(values)
+        if record is None:
+            record = self._records[values] = LinkProps(**dict(zip(SHAPING_FIELDS, values)))
+        return record
 
     def _change(self, dst: str, path: Path) -> ShapingChange:
         """The change that makes dst's class hold its effective values."""
@@ -151,7 +166,12 @@ class EmulationCore:
         """New paths for some destinations (None: unreachable or cut)."""
         batch: dict[str, ShapingChange] = {}
         restore: list[str] = []
-        for dst, new in changes.items():
+        special = {self.instance} | (changes.keys() - self.shaped.keys())
+        special |= changes.keys() & (self.cut | self.overrides.keys())
+        special.update(dst for dst, path in changes.items() if path is None)
+        self._apply_plain([dst for dst in changes if dst not in special], changes, batch)
+        for dst in special & changes.keys():
+            new = changes[dst]
             if dst == self.instance:
                 continue
             ip = self.ip_of[dst]
@@ -177,6 +197,40 @@ class EmulationCore:
             self.tree.change_many(batch)
         for ip in restore:
             self.tree.restore(ip)
+
+    def _apply_plain(self, dsts: list[str], changes: Mapping[str, Path | None], batch: dict) -> None:
+        """New paths for shaped destinations, neither cut nor overridden.
+
+        A link change hands one core hundreds of these, going from one
+        record to one other (80,000 at 400 instances for a link every path
+        across the middle of the topology shares): they are grouped by
+        (record in the tree, new values), each group's change is made once,
+        and the tree gets that one object for all of its destinations
+        (collapsar.tcal.active changes their shared class in place).  The
+        per-destination work is C (map, zip, dict.update)."""
+        if not dsts:
+            return
+        paths = cast("list[Path]", list(map(changes.__getitem__, dsts)))  # no None among dsts
+        olds = list(map(self._in_tree.__getitem__, dsts))  # held: their ids stay theirs
+        keys = list(zip(map(id, olds), map(shaping_values, paths)))
+        groups: dict[tuple, tuple[int, list[str]]]  # key -> (index of its first, its destinations)
+        if keys.count(keys[0]) == len(keys):
+            groups = {keys[0]: (0, dsts)}
+        else:
+            groups = {}
+            for i, (key, dst) in enumerate(zip(keys, dsts)):
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = (i, [dst])
+                else:
+                    group[1].append(dst)
+        for first, members in groups.values():
+            record = self._record(paths[first])
+            change = ShapingChange.between(olds[first], record)
+            self._in_tree.update(dict.fromkeys(members, record))
+            if change.fields:
+                batch.update(dict.fromkeys(map(self.ip_of.__getitem__, members), change))
+        self.shaped.update(zip(dsts, paths))
 
     def set_overrides(self, changes: Mapping[str, Override | None]) -> None:
         """New shares for some destinations (None: back to the path alone),

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from collapsar.errors import CollapsarError
-from collapsar.model import SHAPING_FIELDS
+from collapsar.model import shaping_values
 from collapsar.tcal import nlmsg as m
 from collapsar.tcal.contract import ShapingChange
 from collapsar.tcal.dest import Dest, unchecked
@@ -40,18 +41,16 @@ from collapsar.tcal.plan import LeafParams, Shaping, check_unique, leaf_params
 from collapsar.tcal.requests import BLACKHOLE
 from collapsar.tcal.tree import TcTree
 
-# A record's identity, without its address: the shaping fields' values.
-# attrgetter is C; building a keyed copy of the record would validate it
-# again, which at 400 instances and 160,000 destinations was seconds.
-record_key = operator.attrgetter(*SHAPING_FIELDS)
+_shared_of = operator.attrgetter("shared")
+_ip_of = operator.attrgetter("ip")
 
 
 @dataclass(eq=False)
 class Shared:
-    """A class the dormant destinations of one record go through."""
+    """A class the dormant destinations of one record and one group go through."""
 
-    key: tuple  # record_key of its record
-    rate_bps: int | None
+    key: tuple  # (shaping_values of its record, group)
+    record: Shaping  # its members' record (the address is one member's)
     minor: int
     leaf: LeafParams
     members: set[str] = field(default_factory=set)
@@ -60,13 +59,24 @@ class Shared:
     def classid(self) -> int:
         return classid(ROOT_MAJOR, self.minor)
 
+    @property
+    def group(self) -> Hashable:
+        return self.key[1]
+
 
 @dataclass(eq=False)
 class Dormant:
-    shaping: Shaping
+    """A destination without a class of its own: its record is its shared
+    class's, so a class changed in place changes all of them at once."""
+
+    ip: str
     slot: U32Slot
     shared: Shared
     cut: bool = False
+
+    @property
+    def shaping(self) -> Shaping:
+        return unchecked(self.shared.record, dst_ip=self.ip)
 
 
 class ActiveTcTree(TcTree):
@@ -94,17 +104,21 @@ class ActiveTcTree(TcTree):
         """Each shared class's handle -> how many destinations it holds."""
         return {format_handle(s.classid): len(s.members) for s in self._shared.values()}
 
-    def setup(self, shapings: Sequence[Shaping]) -> None:
+    def setup(self, shapings: Sequence[Shaping], groups: Mapping[str, Hashable] | None = None) -> None:
+        """Destinations of one record share a class, and of one group too
+        when `groups` is given: the run passes the timeline's changes, so
+        that a later link change moves whole classes (see ShapingTree.setup)."""
         check_unique(shapings)
         plan = self._open([])  # no class per destination: the plan holds the base only
         self._limit_gso([s.rate_bps for s in shapings])
         reqs = self._requests.base(plan)
         tables: set[int] = set()
+        group_of = (groups or {}).get
         for s in shapings:
-            shared = self._shared_for(s, reqs, [])
+            shared = self._shared_for(s, group_of(s.dst_ip), reqs, [])
             slot = self._layout.place(s.dst_ip)
             reqs += self._requests.filter_node(slot, s.dst_ip, shared.classid, self._new_table(slot, tables))
-            self._dormant[s.dst_ip] = Dormant(s, slot, shared)
+            self._dormant[s.dst_ip] = Dormant(s.dst_ip, slot, shared)
             shared.members.add(s.dst_ip)
         self._finish(reqs, tables)
 
@@ -119,9 +133,10 @@ class ActiveTcTree(TcTree):
             if d is None:
                 continue
             minor = self._minors.take()
-            leaf = leaf_params(d.shaping, netem=self.netem, mtu_bytes=self._mtu)
-            dest = Dest(d.shaping, minor, leaf, d.slot, self._template(minor), None, cut=d.cut)
-            reqs += self._requests.class_and_leaf(dest, self._htb(d.shaping.rate_bps))
+            shaping = d.shaping
+            leaf = leaf_params(shaping, netem=self.netem, mtu_bytes=self._mtu)
+            dest = Dest(shaping, minor, leaf, d.slot, self._template(minor), None, cut=d.cut)
+            reqs += self._requests.class_and_leaf(dest, self._htb(shaping.rate_bps))
             if not d.cut:
                 reqs.append(self._requests.filter(d.slot, ip, dest.classid, f"destination {ip}: point filter at class"))
             dest.table_sent = leaf.distribution if leaf.jitter_us else None
@@ -138,7 +153,7 @@ class ActiveTcTree(TcTree):
                 return
             refused = {f.request.key for f in failures}
             for d in made:  # a refused one goes back to its shared class
-                ip = d.shaping.dst_ip
+                ip = d.ip
                 if ip in refused:
                     del self._dests[ip]
                     self._dormant[ip] = d
@@ -151,24 +166,41 @@ class ActiveTcTree(TcTree):
 
     def change_many(self, changes: Mapping[str, ShapingChange]) -> None:
         self._need_setup()
-        moves: list[tuple[Dormant, Shaping]] = []
-        # A link change gives many destinations of one record the same
-        # change: the new record is made (and checked) once per pair of
-        # record and change, and re-addressed for the others.
-        made: dict[tuple[tuple, ShapingChange], Shaping] = {}
-        for ip, change in changes.items():
-            d = self._dormant.get(ip)
-            if d is None:
-                continue
-            memo = (record_key(d.shaping), change)
-            new = made.get(memo)
-            if new is None:
-                try:
-                    new = made[memo] = dataclasses.replace(d.shaping, **change.values())
-                except CollapsarError as exc:
-                    raise CollapsarError(f"{self._where()}: {exc}") from None
-            moves.append((d, new if new.dst_ip == ip else unchecked(new, dst_ip=ip)))
-        rest = {ip: change for ip, change in changes.items() if ip not in self._dormant}
+        # A link change gives the dormant destinations of one shared class one
+        # change object (the core makes one per transition): they are
+        # grouped by (class, change) without touching each record, and the
+        # new record is made and checked once per group.
+        found = list(map(self._dormant.get, changes))
+        rest: dict[str, ShapingChange] = {}
+        if None in found:
+            rest = {ip: change for ip, change in changes.items() if ip not in self._dormant}
+        dormant = [d for d in found if d is not None] if rest else cast("list[Dormant]", found)
+        groups: dict[tuple[Shared, int], list[Dormant]] = {}
+        if dormant:
+            keys = list(zip(map(_shared_of, dormant), map(id, map(changes.__getitem__, map(_ip_of, dormant)))))
+            if keys.count(keys[0]) == len(keys):  # a link change: one class, one change
+                groups[keys[0]] = dormant
+            else:
+                for key, d in zip(keys, dormant):
+                    members = groups.get(key)
+                    if members is None:
+                        groups[key] = [d]
+                    else:
+                        members.append(d)
+        moves: list[tuple[Shaping, list[Dormant]]] = []
+        made: dict[tuple[Shared, tuple], list[Dormant]] = {}  # equal changes by other objects join
+        for members in groups.values():
+            first = members[0]
+            try:
+                new = dataclasses.replace(first.shaping, **changes[first.ip].values())
+            except CollapsarError as exc:
+                raise CollapsarError(f"{self._where()}: {exc}") from None
+            same = made.get((first.shared, shaping_values(new)))
+            if same is None:
+                made[(first.shared, shaping_values(new))] = members
+                moves.append((new, members))
+            else:
+                same += members
         if rest:
             super().change_many(rest)
         if moves:
@@ -181,7 +213,7 @@ class ActiveTcTree(TcTree):
             raise CollapsarError(f"{self._where()}: destination {ip} is already in the tree")
         leaf_params(shaping, netem=self.netem, mtu_bytes=self._mtu)  # refuses what this tree cannot shape
         reqs: list[m.Request] = []
-        shared = self._shared_for(shaping, reqs, [])
+        shared = self._shared_for(shaping, None, reqs, [])
         removed_slot = self._removed.pop(ip, None)
         tables: set[int] = set()
         if removed_slot is not None:
@@ -190,7 +222,7 @@ class ActiveTcTree(TcTree):
         else:
             slot = self._layout.place(ip)
             reqs += self._requests.filter_node(slot, ip, shared.classid, self._new_table(slot, tables))
-        self._dormant[ip] = Dormant(shaping, slot, shared)
+        self._dormant[ip] = Dormant(ip, slot, shared)
         shared.members.add(ip)
         self._level2 |= tables
 
@@ -253,34 +285,39 @@ class ActiveTcTree(TcTree):
         what = f"destination {dst_ip}: {verb} path (filter -> {format_handle(target)})"
         self._socket.submit([self._requests.filter(d.slot, dst_ip, target, what)], then)
 
-    def _move(self, moves: list[tuple[Dormant, Shaping]]) -> None:
-        """Dormant destinations take new records.  A shared class whose
-        members all take the same new record (a link change: every path
-        across it changes alike) is changed in place, one class and leaf
-        message for all of them; otherwise each destination goes to its new
-        record's shared class (made if new), and classes left empty are
-        deleted after the nodes have left them."""
+    def _move(self, moves: list[tuple[Shaping, list[Dormant]]]) -> None:
+        """Groups of dormant destinations of one shared class take a new
+        record.  A group that is the whole class (a link change: every
+        path across it changes alike, and the run groups destinations by
+        their changes) changes the class in place: one class and leaf
+        message for all of them.  Otherwise the group goes to the shared
+        class of its new record (made if new), one filter message per
+        destination, and classes left empty are deleted after the nodes
+        have left them."""
         reqs: list[m.Request] = []
         made: list[Shared] = []
-        undo = [(d, d.shaping, d.shared) for d, _ in moves]
-        retagged = self._change_whole(moves, reqs)
+        retagged: list[tuple[Shared, tuple, Shaping, LeafParams]] = []
+        moved: list[tuple[Dormant, Shared]] = []
         left: set[Shared] = set()
-        for d, new in moves:
-            ip = d.shaping.dst_ip
-            if d.shared in retagged:
-                d.shaping = new
+        for new, members in moves:
+            shared = members[0].shared
+            key = (shaping_values(new), shared.group)
+            if key == shared.key:
                 continue
-            shared = self._shared_for(new, reqs, made)
-            d.shaping = new
-            if shared is d.shared:
+            if len(members) == len(shared.members) and key not in self._shared:
+                retagged.append((shared, shared.key, shared.record, shared.leaf))
+                self._change_in_place(shared, key, new, reqs)
                 continue
-            left.add(d.shared)
-            d.shared.members.discard(ip)
-            shared.members.add(ip)
-            d.shared = shared
-            if not d.cut:
-                what = f"destination {ip}: point filter at shared class {format_handle(shared.classid)}"
-                reqs.append(self._requests.filter(d.slot, ip, shared.classid, what))
+            target = self._shared_for(new, shared.group, reqs, made)
+            what = f"point filter at shared class {format_handle(target.classid)}"
+            for d in members:
+                moved.append((d, shared))
+                shared.members.discard(d.ip)
+                target.members.add(d.ip)
+                d.shared = target
+                if not d.cut:
+                    reqs.append(self._requests.filter(d.slot, d.ip, target.classid, f"destination {d.ip}: {what}"))
+            left.add(shared)
         emptied = self._delete_empty(left, reqs)
         if not reqs:
             return
@@ -289,14 +326,14 @@ class ActiveTcTree(TcTree):
             if not failures:
                 self._free(emptied)
                 return
-            for shared, (key, rate, leaf) in retagged.items():
+            for d, shared in reversed(moved):
+                d.shared.members.discard(d.ip)
+                d.shared = shared
+                shared.members.add(d.ip)
+            for shared, key, record, leaf in reversed(retagged):
                 del self._shared[shared.key]
-                shared.key, shared.rate_bps, shared.leaf = key, rate, leaf
+                shared.key, shared.record, shared.leaf = key, record, leaf
                 self._shared[key] = shared
-            for d, shaping, shared in reversed(undo):
-                d.shared.members.discard(d.shaping.dst_ip)
-                d.shaping, d.shared = shaping, shared
-                shared.members.add(shaping.dst_ip)
             self._keep(emptied)
             for s in made:  # its minor stays taken: the kernel may hold the class
                 if not s.members:
@@ -305,49 +342,28 @@ class ActiveTcTree(TcTree):
 
         self._socket.submit(reqs, then)
 
-    def _change_whole(
-        self, moves: list[tuple[Dormant, Shaping]], reqs: list[m.Request]
-    ) -> dict[Shared, tuple[tuple, int | None, LeafParams]]:
-        """Shared classes all of whose members move to one new record that no
-        other class holds: changed in place (their requests added to `reqs`).
-        Returns them with the key, rate and leaf they had."""
-        targets: dict[Shared, set[tuple]] = {}
-        count: dict[Shared, int] = {}
-        sample: dict[Shared, Shaping] = {}  # a member's new record: errors name a destination
-        for d, new in moves:
-            targets.setdefault(d.shared, set()).add(record_key(new))
-            count[d.shared] = count.get(d.shared, 0) + 1
-            sample[d.shared] = new
-        retagged: dict[Shared, tuple[tuple, int | None, LeafParams]] = {}
-        for shared, keys in targets.items():
-            if len(keys) != 1 or count[shared] != len(shared.members):
-                continue
-            (key,) = keys
-            if key == shared.key or key in self._shared:
-                continue
-            new = sample[shared]
-            retagged[shared] = (shared.key, shared.rate_bps, shared.leaf)
-            what = f"change shared class {format_handle(shared.classid)}"
-            if new.rate_bps != shared.rate_bps:
-                reqs.append(self._requests.klass(shared.classid, self._htb(new.rate_bps), m.CHANGE, what, None))
-            leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu)
-            leaf = leaf._replace(limit_pkts=max(leaf.limit_pkts, shared.leaf.limit_pkts))
-            if leaf != shared.leaf:
-                reqs.append(self._requests.leaf(shared.minor, leaf, True, m.CHANGE, None))
-            del self._shared[shared.key]
-            shared.key, shared.rate_bps, shared.leaf = key, new.rate_bps, leaf
-            self._shared[key] = shared
-        return retagged
+    def _change_in_place(self, shared: Shared, key: tuple, new: Shaping, reqs: list[m.Request]) -> None:
+        """The class (all of whose members take `new`) takes the new record."""
+        what = f"change shared class {format_handle(shared.classid)}"
+        if new.rate_bps != shared.record.rate_bps:
+            reqs.append(self._requests.klass(shared.classid, self._htb(new.rate_bps), m.CHANGE, what, None))
+        leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu)
+        leaf = leaf._replace(limit_pkts=max(leaf.limit_pkts, shared.leaf.limit_pkts))
+        if leaf != shared.leaf:
+            reqs.append(self._requests.leaf(shared.minor, leaf, True, m.CHANGE, None))
+        del self._shared[shared.key]
+        shared.key, shared.record, shared.leaf = key, new, leaf
+        self._shared[key] = shared
 
-    def _shared_for(self, shaping: Shaping, reqs: list[m.Request], made: list[Shared]) -> Shared:
-        """The shared class of `shaping`'s record; its requests are added to
-        `reqs` (and the class to `made`) when it is new."""
-        key = record_key(shaping)
+    def _shared_for(self, shaping: Shaping, group: Hashable, reqs: list[m.Request], made: list[Shared]) -> Shared:
+        """The shared class of `shaping`'s record in `group`; its requests are
+        added to `reqs` (and the class to `made`) when it is new."""
+        key = (shaping_values(shaping), group)
         shared = self._shared.get(key)
         if shared is None:
             minor = self._minors.take()
             leaf = leaf_params(shaping, netem=self.netem, mtu_bytes=self._mtu)
-            shared = self._shared[key] = Shared(key, shaping.rate_bps, minor, leaf)
+            shared = self._shared[key] = Shared(key, shaping, minor, leaf)
             what = f"create shared class {format_handle(shared.classid)}"
             reqs.append(self._requests.klass(shared.classid, self._htb(shaping.rate_bps), m.CREATE, what, None))
             reqs.append(self._requests.leaf(minor, leaf, True, m.CREATE, None))

@@ -8,7 +8,7 @@ contract; `collapsar.tcal.TcTree` keeps it on the kernel, and the tests'
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -77,8 +77,12 @@ class ShapingTree(Protocol):
         """Destination address -> the record its class holds now."""
         ...
 
-    def setup(self, shapings: Sequence[Shaping]) -> None:
-        """Make the tree with one class per destination."""
+    def setup(self, shapings: Sequence[Shaping], groups: Mapping[str, Hashable] | None = None) -> None:
+        """Make the tree with one class per destination.  `groups`
+        (destination address -> key): destinations whose paths change alike
+        for the whole run share a key, so a tree that shares classes keeps
+        them together and changes their class in place (a hint: any
+        grouping gives the same shaping)."""
         ...
 
     def add(self, shaping: Shaping) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 from collapsar.errors import CollapsarError, KernelError
 from collapsar.tcal import nlmsg as m
@@ -58,7 +58,8 @@ class TcTree:
     def shapings(self) -> dict[str, Shaping]:
         return {ip: d.shaping for ip, d in self._dests.items()}
 
-    def setup(self, shapings: Sequence[Shaping]) -> None:
+    def setup(self, shapings: Sequence[Shaping], groups: Mapping[str, Hashable] | None = None) -> None:
+        """`groups` is for trees that share classes: here every destination has its own."""
         plan = self._open(shapings)
         reqs = self._requests.base(plan)
         tables: set[int] = set()

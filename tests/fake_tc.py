@@ -9,7 +9,7 @@ its classes."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 from collapsar.errors import CollapsarError
 from collapsar.tcal.contract import ShapingChange
@@ -27,6 +27,7 @@ class FakeTree:
         self.cut_ips: set[str] = set()
         self.calls: list[tuple] = []
         self.is_setup = False
+        self.groups: dict[str, Hashable] = {}  # setup's grouping hint, recorded
         FakeTree.made.append(self)
 
     def _check_netem(self, shaping: Shaping) -> None:
@@ -37,8 +38,9 @@ class FakeTree:
         if dst_ip not in self.shapings:
             raise CollapsarError(f"destination {dst_ip}: not in the tree")
 
-    def setup(self, shapings: Sequence[Shaping]) -> None:
+    def setup(self, shapings: Sequence[Shaping], groups: Mapping[str, Hashable] | None = None) -> None:
         assert not self.is_setup, "setup twice"
+        self.groups = dict(groups or {})
         for s in shapings:
             self._check_netem(s)
             self.shapings[s.dst_ip] = s

@@ -152,6 +152,9 @@ class LocalRun(ManagerRun):
         ip_of = self.plan.ip_of()
         first = self.timeline.steps[0].state
         tree = self._tree_factory()
+        # An active tree keeps destinations that the run's link changes move
+        # alike in one class, changed in place (play.player.lineages).
+        groups = self.player.lineages() if self.active_tree else {}
         with clock.stage("shaping"):
             for net in self.plan.instances:
                 journal.record("qdisc", netns=net.netns, ifname=net.ifname, handle="1:")
@@ -166,7 +169,7 @@ class LocalRun(ManagerRun):
                     wire_overhead=self.experiment.settings.wire_overhead,
                 )
                 with clock.item("shaping"):
-                    core.install(paths_from(first, net.instance, self.instances))
+                    core.install(paths_from(first, net.instance, self.instances), groups.get(net.instance))
                 self.cores[net.instance] = core
         if self.options.probe_count:
             probe_started = time.monotonic()

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 from collapsar.manager.experiment import all_instances, paths_from
-from collapsar.manager.play.player import Player, describe_event
+from collapsar.manager.play.player import Player, describe_event, lineages
 from collapsar.manager.play.scheduler import Fired, try_realtime
 
 
@@ -89,6 +90,10 @@ class LivePlayer:
         self.t0_ns = scheduler.t0_ns = t0_ns
         scheduler.thread = threading.Thread(target=body, name="timeline", daemon=True)
         scheduler.thread.start()
+
+    def lineages(self) -> dict[str, dict[str, Hashable]]:
+        """Each pair's bulk changes over the timeline (player.lineages)."""
+        return lineages(self._segment.plans)
 
     def stop(self) -> None:
         with self._lock:  # a change being applied finishes first; none starts after

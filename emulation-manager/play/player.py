@@ -9,11 +9,19 @@ a kernel); `Player` binds it to an `Actuator` and a `Scheduler`.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from collapsar.manager.play.scheduler import Fired, Scheduler
-from collapsar.model import BridgeEvent, LinkEvent, LinkSetEvent, PartitionEvent, Path, ServiceEvent
+from collapsar.model import BridgeEvent, LinkEvent, LinkSetEvent, PartitionEvent, Path, ServiceEvent, shaping_values
+
+# A step that changes at least this many of one source's paths is a bulk
+# change (a link every path across it shares), worth keeping the
+# destinations it changes alike together in the source's tree.
+BULK_CHANGE = 16
+HOT_DESTINATIONS = 32  # destinations given a class of their own in every tree, at most
 
 
 class Actuator(Protocol):
@@ -41,6 +49,12 @@ class StepPlan:
 
     def is_empty(self) -> bool:
         return not (self.stop or self.kill or self.paths or self.start or self.marks)
+
+    @property
+    def weight(self) -> int:
+        """About the step's preparation in microseconds (see Scheduler):
+        each source whose paths change, and each path."""
+        return 100 * len(self.paths) + sum(map(len, self.paths.values()))
 
 
 def plan_step(prev_state, step, local: set[str] | None = None) -> StepPlan:
@@ -71,6 +85,56 @@ def plan_step(prev_state, step, local: set[str] | None = None) -> StepPlan:
         if mine(src):
             plan.paths.setdefault(src, {})[dst] = step.state.path(src, dst)
     return plan
+
+
+def lineages(plans: Sequence[StepPlan]) -> dict[str, dict[str, Hashable]]:
+    """src -> dst -> what the pair's path goes through in the run's bulk
+    changes: (step, shaping values, or None when cut) for each such step.
+
+    Destinations of one source with the same lineage (and the same record
+    at t=0) change alike at every bulk step, so a tree that keeps them in
+    one class changes that class in place (collapsar.tcal.active) instead
+    of moving each.  Two kinds of step are bulk for a pair:
+    - the step changes at least BULK_CHANGE of the source's paths (a link
+      that many paths share: the middle of a topology);
+    - the step gives the destination new values (not a cut, nor a restore)
+      on its paths from at least BULK_CHANGE sources (its own link changed:
+      every tree changes it), for
+      the HOT_DESTINATIONS destinations with the most such steps.
+    Steps that change a few paths are left out, and the hot destinations are
+    capped: otherwise churn would give every destination a class of its own
+    in every tree, the N^2 classes the active tree exists to avoid.  Pairs
+    without bulk changes are absent."""
+    hot_by_step: list[set[str]] = []
+    hot_steps: dict[str, int] = {}
+    cut: set[tuple[str, str]] = set()  # pairs cut by an earlier step: coming back is a restore, not new values
+    for plan in plans:
+        sources: Counter[str] = Counter()
+        for src, paths in plan.paths.items():
+            for dst, path in paths.items():
+                if path is None:
+                    cut.add((src, dst))
+                elif (src, dst) in cut:
+                    cut.discard((src, dst))
+                else:
+                    sources[dst] += 1
+        hot = {dst for dst, count in sources.items() if count >= BULK_CHANGE}
+        hot_by_step.append(hot)
+        for dst in hot:
+            hot_steps[dst] = hot_steps.get(dst, 0) + 1
+    kept = set(sorted(hot_steps, key=lambda dst: (-hot_steps[dst], dst))[:HOT_DESTINATIONS])
+    out: dict[str, dict[str, list]] = {}
+    for index, (plan, hot) in enumerate(zip(plans, hot_by_step), 1):
+        hot &= kept
+        for src, paths in plan.paths.items():
+            dsts = paths.keys() if len(paths) >= BULK_CHANGE else hot & paths.keys()
+            if not dsts:
+                continue
+            mine = out.setdefault(src, {})
+            for dst in dsts:
+                path = paths[dst]
+                mine.setdefault(dst, []).append((index, None if path is None else shaping_values(path)))
+    return {src: {dst: tuple(steps) for dst, steps in dsts.items()} for src, dsts in out.items()}
 
 
 def describe_event(event) -> str:
@@ -120,9 +184,11 @@ class Player:
         self.actuator = actuator
         steps = timeline.steps
         entries = []
+        self.plans: list[StepPlan] = []  # one per step after the first
         self.last_start_us = 0  # time of the last step that starts an instance
         for i in range(1, len(steps)):
             plan = plan_step(steps[i - 1].state, steps[i], local)
+            self.plans.append(plan)
             label = "; ".join(describe_event(e) for e in steps[i].events) or f"step {i}"
             entries.append((steps[i].at_us, label, self._bind(plan)))
             if plan.start:
@@ -131,6 +197,7 @@ class Player:
             entries,
             prepare_ahead_ns=getattr(actuator, "prepare_ahead_ns", 0),
             hold=getattr(actuator, "step_lock", None),
+            weights=[plan.weight for plan in self.plans],
         )
 
     def _bind(self, plan: StepPlan):

@@ -17,15 +17,20 @@ import collections
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from collapsar.tcal.prepared import PreparedStep, preload
 
 SPIN_WINDOW_NS = 2_000_000  # wake this early, then close in on the deadline
-MAX_LEAD_NS = 100_000_000  # the longest a step is prepared ahead (the hold is taken that long)
+MAX_LEAD_NS = 250_000_000  # the longest a step is prepared ahead (the hold, and so the sharing loop, waits that long)
 LEAD_HISTORY = 8  # steps whose preparation times set the next step's lead
+# A step's weight (Player: 100 per source whose paths it changes, 1 per
+# path) is about its preparation in microseconds on a 2020s host core; the
+# scheduler learns the host's own ratio from the steps it prepares.
+NS_PER_WEIGHT = 1_000
+MIN_LEARNED_WEIGHT = 1_000  # lighter steps are mostly fixed costs: they teach nothing
 REALTIME_PRIORITY = 10  # SCHED_FIFO, low among real-time tasks: above every normal one
 
 
@@ -93,6 +98,7 @@ class Scheduler:
         realtime: bool = True,
         prepare_ahead_ns: int = 0,
         hold: AbstractContextManager | None = None,
+        weights: Sequence[int] | None = None,
     ):
         """entries: (at_us, label, callback), in any order; ties keep their order.
         realtime: start() asks for SCHED_FIFO on its thread (see try_realtime).
@@ -106,7 +112,11 @@ class Scheduler:
         preparation until the step has fired: whoever else changes the same
         trees takes it too.  Where preparing (waking, taking the hold, the
         callback) took longer than half the lead in one of the last
-        LEAD_HISTORY steps, the lead grows to twice that, up to MAX_LEAD_NS."""
+        LEAD_HISTORY light steps, the lead grows to twice that, up to MAX_LEAD_NS.
+        `weights` (one per entry) say how much work each step's preparation
+        is: a step much heavier than those before it (the first link change
+        that moves 80,000 paths) is prepared twice its predicted time ahead,
+        rather than late by the difference."""
         self.realtime = realtime
         self.prepare_ahead_ns = prepare_ahead_ns
         self._hold = hold if hold is not None else nullcontext()
@@ -116,6 +126,8 @@ class Scheduler:
         self._stop = threading.Event()
         self.log: list[Fired] = []
         self._preparations: collections.deque[int] = collections.deque(maxlen=LEAD_HISTORY)
+        self._weights = list(weights) if weights is not None else [0] * len(entries)
+        self._ns_per_weight: collections.deque[float] = collections.deque(maxlen=LEAD_HISTORY)
         self.t0_ns: int | None = None
         self.thread: threading.Thread | None = None
 
@@ -168,15 +180,27 @@ class Scheduler:
                     return False
                 time.sleep(min(remaining, 200_000) / 1e9)
 
-    def lead_ns(self) -> int:
-        """How long before its deadline the next step is prepared: the base
-        lead, or twice the longest recent preparation (from the planned wake
-        to sealed: a late wake, waiting for the hold or the interpreter lock,
-        the callback) where a host is that slow, up to MAX_LEAD_NS."""
+    def lead_ns(self, weight: int = 0) -> int:
+        """How long before its deadline a step of `weight` is prepared: the
+        base lead, or twice the longest recent preparation (from the planned
+        wake to sealed: a late wake, waiting for the hold or the interpreter
+        lock, the callback) where a host is that slow, or twice the step's
+        predicted preparation, up to MAX_LEAD_NS."""
         if not self.prepare_ahead_ns:
             return 0
         longest = max(self._preparations, default=0)
-        return min(MAX_LEAD_NS, max(self.prepare_ahead_ns, 2 * longest))
+        predicted = weight * max(self._ns_per_weight, default=NS_PER_WEIGHT)
+        return int(min(MAX_LEAD_NS, max(self.prepare_ahead_ns, 2 * longest, 2 * predicted)))
+
+    def _learn(self, weight: int, preparation_ns: int) -> None:
+        """A heavy step teaches the host's time per unit of weight; a light
+        one how late this host wakes and gets the hold.  Kept apart, so one
+        heavy step does not make the light ones after it take the hold (and
+        stop the sharing loop) long before their time."""
+        if weight >= MIN_LEARNED_WEIGHT:
+            self._ns_per_weight.append(preparation_ns / weight)
+        else:
+            self._preparations.append(preparation_ns)
 
     def run(self, t0_ns: int) -> list[Fired]:
         """Fire every entry at t0 + at_us; returns the log.  A callback may
@@ -190,11 +214,12 @@ class Scheduler:
         rel = lambda ns: (ns - t0_ns) // 1000  # noqa: E731
         for index, (at_us, label, callback) in self._entries:
             deadline_ns = t0_ns + at_us * 1000
-            wake_ns = deadline_ns - self.lead_ns()
+            weight = self._weights[index]
+            wake_ns = deadline_ns - self.lead_ns(weight)
             if not self._wait_until(wake_ns):
                 break
             prepared, started, applied, error, follow_up = self._apply(deadline_ns, callback)
-            self._preparations.append(prepared - wake_ns)
+            self._learn(weight, prepared - wake_ns)
             if callable(follow_up):
                 try:
                     follow_up()

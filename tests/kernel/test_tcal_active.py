@@ -159,3 +159,28 @@ def test_two_flows_share_the_class_of_their_record_until_each_has_its_own(active
     own = _class_rates_bps(pair, pair.dst_ips, ["1:11", "1:12"])
     assert own["1:11"] == pytest.approx(at_layer2, rel=0.05)
     assert own["1:12"] == pytest.approx(at_layer2, rel=0.05)
+
+
+def test_groups_keep_destinations_that_change_alike_in_a_class_changed_in_place(active):
+    pair, tree = active(n_dst=4)
+    a, b, c, d = pair.dst_ips
+    # One record for all four; a and b go through the run's link changes
+    # together (play.player.lineages): a class of their own from the start.
+    tree.setup([Shaping(ip, 50_000_000) for ip in pair.dst_ips], {a: "across", b: "across"})
+    assert tree.shared_classes == {"1:10": 2, "1:11": 2}
+    text = filters(pair.src_ns, pair.src_if)
+    assert text.count("*flowid 1:10") == 2 and text.count("*flowid 1:11") == 2
+    change = ShapingChange.of(rate_bps=10_000_000)  # the link across: one change object for both
+    tree.change_many({a: change, b: change})
+    got = classes(pair.src_ns, pair.src_if)
+    assert tree.shared_classes == {"1:10": 2, "1:11": 2}  # changed in place: no class made, no node moved
+    assert (got["1:10"]["rate"], got["1:11"]["rate"]) == ("9843Kbit", "49219Kbit")
+    assert filters(pair.src_ns, pair.src_if) == text
+    assert tree.shapings == {ip: Shaping(ip, 10_000_000 if ip in (a, b) else 50_000_000) for ip in pair.dst_ips}
+    # c alone takes the same record: it moves to a class of its group (none), not into a and b's
+    tree.change(c, rate_bps=10_000_000)
+    assert tree.shared_classes == {"1:10": 2, "1:11": 1, "1:12": 1}
+    before = classes(pair.src_ns, pair.src_if)
+    sent = {ip: send_udp(pair.src_ns, ip, count=4, payload_bytes=300) for ip in pair.dst_ips}
+    delta = _bytes_by_class(pair, before)
+    assert delta["1:10"] == sent[a] + sent[b] and delta["1:12"] == sent[c] and delta["1:11"] == sent[d]

@@ -37,6 +37,31 @@ def test_property_change_is_one_batched_change_with_only_the_changed_fields():
     assert len(core.tree.calls) == 2
 
 
+def test_install_hands_the_tree_its_groups_by_address():
+    core = make_core()
+    core.install({"b": path("a", "b"), "c": path("a", "c")}, {"b": ((1, None),)})
+    assert core.tree.groups == {"10.77.0.3": ((1, None),)}
+
+
+def test_one_change_object_per_transition_however_many_destinations_take_it():
+    ips = {name: f"10.77.0.{i + 2}" for i, name in enumerate("abcdef")}
+    core = EmulationCore("a", "eth0", "ns-a", ips, FakeTree, Shaping, netem=True, wire_overhead=True)
+    core.install({d: path("a", d, delay_us=1000) for d in "bcdef"} | {"f": path("a", "f", delay_us=2000)})
+    seen = []
+    change_many = core.tree.change_many
+    core.tree.change_many = lambda changes: seen.append(dict(changes)) or change_many(changes)
+    core.set_overrides({"e": Override(rate_bps=1_000_000)})
+    # b, c, d: 1 ms -> 3 ms (one transition); e too, but under its share; f: 2 ms -> 3 ms
+    core.apply({d: path("a", d, delay_us=3000) for d in "bcdef"})
+    changes = seen[-1]
+    b, c, d, e, f = (ips[x] for x in "bcdef")
+    assert changes[b] is changes[c] is changes[d]
+    assert changes[b].values() == {"delay_us": 3000} and changes[f].values() == {"delay_us": 3000}
+    assert changes[f] is not changes[b] and changes[e] is not changes[b]
+    assert core.tree.shapings[e] == Shaping(e, 1_000_000, delay_us=3000)
+    assert {x: core.effective(x)["delay_us"] for x in "bcdef"} == dict.fromkeys("bcdef", 3000)
+
+
 def test_cut_then_restore_with_new_properties():
     core = make_core()
     core.install({"b": path("a", "b")})

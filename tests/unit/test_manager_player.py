@@ -4,7 +4,15 @@ import time
 
 from test_manager_fakes import FakeState, full_mesh, path, timeline_of
 
-from collapsar.manager.play.player import Player, StepPlan, describe_event, plan_step
+from collapsar.manager.play.player import (
+    BULK_CHANGE,
+    HOT_DESTINATIONS,
+    Player,
+    StepPlan,
+    describe_event,
+    lineages,
+    plan_step,
+)
 from collapsar.model import LinkSetEvent, PartitionEvent, ServiceEvent
 
 ABC = ["a", "b", "c"]
@@ -94,3 +102,53 @@ def test_events_are_described_for_the_log():
         == "partition start x,y | z"
     )
     assert describe_event(ServiceEvent(0, "web", "crash", ("web-2", "web-3"))) == "web crash [web-2, web-3]"
+
+
+def _plan(pairs: dict[tuple[str, str], int | None]) -> StepPlan:
+    """A step changing these (src, dst) paths to these rates (None: cut)."""
+    plan = StepPlan()
+    for (src, dst), rate in pairs.items():
+        plan.paths.setdefault(src, {})[dst] = None if rate is None else path(src, dst, rate_bps=rate)
+    return plan
+
+
+def test_lineages_keep_what_bulk_steps_change_alike_together():
+    many = [f"d{i}" for i in range(BULK_CHANGE)]
+    values = lambda rate: (0, 0, "normal", 0.0, rate)  # noqa: E731 (shaping_values of path())
+    plans = [
+        _plan({("s", d): 5_000_000 for d in many}),  # 1: a bulk step for s: every pair it changes
+        _plan({("s", "d0"): 7_000_000, ("t", "d1"): 7_000_000}),  # 2: a few paths: left out
+        _plan({("s", d): (None if d == "d3" else 6_000_000) for d in many}),  # 3: bulk, one cut among them
+    ]
+    got = lineages(plans)
+    assert set(got) == {"s"}
+    assert got["s"]["d1"] == got["s"]["d2"] == ((1, values(5_000_000)), (3, values(6_000_000)))
+    assert got["s"]["d3"] == ((1, values(5_000_000)), (3, None))
+    assert got["s"]["d0"] == got["s"]["d1"]  # step 2 changed d0 alone: not a bulk step
+
+
+def test_lineages_single_out_a_destination_every_tree_changes():
+    sources = [f"s{i}" for i in range(BULK_CHANGE)]
+    plans = [
+        _plan({(src, "hot"): 3_000_000 for src in sources} | {("s0", "cold"): 3_000_000}),
+        _plan({(src, "away"): None for src in sources}),  # a disconnect: cut everywhere
+        _plan({(src, "away"): 9_000_000 for src in sources}),  # the reconnect: a restore, not new values
+    ]
+    got = lineages(plans)
+    assert got == {src: {"hot": ((1, (0, 0, "normal", 0.0, 3_000_000)),)} for src in sources}
+
+
+def test_lineages_cap_the_destinations_singled_out():
+    sources = [f"s{i}" for i in range(BULK_CHANGE)]
+    hot = [f"h{i:02d}" for i in range(HOT_DESTINATIONS + 4)]
+    # h00 changes at two steps, the others at one: h00 is kept, then by name
+    plans = [_plan({(src, h): 1_000_000 + i for src in sources}) for i, h in enumerate(hot)]
+    plans.append(_plan({(src, "h00"): 2_000_000 for src in sources}))
+    got = lineages(plans)
+    assert sorted(got["s0"]) == hot[:HOT_DESTINATIONS]
+    assert len(got["s0"]["h00"]) == 2
+
+
+def test_step_weight_counts_sources_and_paths():
+    assert _plan({("a", "b"): 1, ("a", "c"): 1, ("b", "a"): None}).weight == 2 * 100 + 3
+    assert StepPlan(start=["x"]).weight == 0

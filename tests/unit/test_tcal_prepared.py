@@ -7,7 +7,13 @@ import time
 
 import pytest
 
-from collapsar.manager.play.scheduler import LEAD_HISTORY, MAX_LEAD_NS, Scheduler
+from collapsar.manager.play.scheduler import (
+    LEAD_HISTORY,
+    MAX_LEAD_NS,
+    MIN_LEARNED_WEIGHT,
+    NS_PER_WEIGHT,
+    Scheduler,
+)
 from collapsar.tcal.prepared import PreparedStep
 
 
@@ -104,3 +110,35 @@ def test_run_measures_preparation_from_the_planned_wake():
     # planned wake 80 ms; preparation ended at 250 ms (after the callback's 50 ms)
     assert list(scheduler._preparations) == [170_000_000]
     assert scheduler.lead_ns() == MAX_LEAD_NS
+
+
+def test_a_heavy_step_is_prepared_twice_its_predicted_time_ahead():
+    scheduler = Scheduler([], prepare_ahead_ns=20_000_000, realtime=False)
+    assert scheduler.lead_ns(500) == 20_000_000  # light: the base lead
+    assert scheduler.lead_ns(30_000) == 2 * 30_000 * NS_PER_WEIGHT  # before anything is learned
+    scheduler._learn(10_000, 40_000_000)  # this host prepared 4 ns per unit of weight
+    assert scheduler.lead_ns(10_000) == 80_000_000
+    scheduler._learn(MIN_LEARNED_WEIGHT - 1, 1_000_000)  # too light to learn a ratio from
+    assert scheduler.lead_ns(20_000) == 160_000_000
+    assert scheduler.lead_ns(10**6) == MAX_LEAD_NS
+
+
+def test_run_wakes_a_step_by_its_weight():
+    class Recording(Scheduler):
+        def _wait_until(self, deadline_ns: int) -> bool:
+            self.waits.append(deadline_ns)
+            return True  # t0 = 0 on the monotonic clock: every deadline is long past
+
+    scheduler = Recording(
+        [(600_000, "light", lambda: None), (300_000, "heavy", lambda: None)],  # weights go by entry, not time
+        prepare_ahead_ns=20_000_000,
+        realtime=False,
+        weights=[0, 60_000],  # the heavy one predicted at 60 ms: prepared 120 ms ahead
+    )
+    scheduler.waits = []
+    scheduler.run(0)
+    assert scheduler.waits[0] == 300_000_000 - 120_000_000
+    # the heavy step's preparation (its planned wake to sealed, on the real
+    # clock: huge) says how long heavy steps take, not when light ones wake
+    assert scheduler.waits[1] == 600_000_000 - 20_000_000
+    assert (len(scheduler._ns_per_weight), len(scheduler._preparations)) == (1, 1)  # one of each kind
