@@ -136,6 +136,16 @@ def one_run(workdir: Path, keep_awake: str, extra: int = 0) -> dict[str, list[in
     if all(e.get("prepared_us") is not None for e in log):  # runs before prepared steps had none
         # Negative: prepared ahead by that much (min: the closest call).
         figures["prepare"] = [e["prepared_us"] - e["scheduled_us"] for e in log]
+    worst = sorted(log, key=lambda e: e["lateness_us"], reverse=True)[:3]
+    print(
+        "  latest steps: "
+        + "; ".join(
+            f"{e['label']} at {e['scheduled_us'] / 1e6:g}s {e['lateness_us'] / 1000:.1f} ms "
+            f"(apply {(e['applied_us'] - e['started_us']) / 1000:.1f} ms)"
+            for e in worst
+        ),
+        file=sys.stderr,
+    )
     return figures
 
 

@@ -54,6 +54,8 @@ def effective(path: Path, override: Override | None, netem: bool) -> LinkProps:
     return replace(props, rate_bps=rate, loss_ratio=loss)
 
 
+WHOLE_CUT_FROM = 2  # destinations cut in one step, none left with a path: one cut_all instead
+
 PLACEHOLDER = LinkProps()  # a class made only to be cut: unlimited, no delay
 
 
@@ -66,6 +68,7 @@ class InstallPlan:
 
     shapings: tuple[Shaping, ...]
     cut: tuple[str, ...]  # destination instances, in the order of `shapings`
+    whole_cut: bool = False  # every destination is cut: one cut_all rather than one cut each
 
 
 class EmulationCore:
@@ -92,6 +95,10 @@ class EmulationCore:
         self.shaped: dict[str, Path | None] = {}
         self.cut: set[str] = set()
         self.overrides: dict[str, Override] = {}
+        # Cut by the tree's cut_all alone (their own filters still point at
+        # their classes): a subset of `cut`, while _all_cut.
+        self._held: set[str] = set()
+        self._all_cut = False
         # dst -> the record its class holds in the tree (absent: placeholder);
         # records without an override are interned (one object per distinct
         # values), so that destinations of one record are known as one.
@@ -114,7 +121,7 @@ class EmulationCore:
                 cut.append(dst)
             props = PLACEHOLDER if path is None else effective(path, self.overrides.get(dst), self.netem)
             shapings.append(self._shaping_type.of(self.ip_of[dst], props))
-        return InstallPlan(tuple(shapings), tuple(cut))
+        return InstallPlan(tuple(shapings), tuple(cut), len(cut) == len(shapings) and len(cut) >= WHOLE_CUT_FROM)
 
     def install(self, paths: Mapping[str, Path | None], groups: Mapping[str, Hashable] | None = None) -> None:
         """t=0: one class per destination, in one setup (the TCAL batches it);
@@ -128,9 +135,7 @@ class EmulationCore:
         self._tree.setup(plan.shapings, ip_groups)
         self.shaped = {dst: path for dst, path in paths.items() if dst != self.instance}
         self._in_tree = {dst: self._effective(dst, path) for dst, path in self.shaped.items() if path is not None}
-        for dst in plan.cut:
-            self._tree.cut(self.ip_of[dst])
-            self.cut.add(dst)
+        self._cut(list(plan.cut), whole=plan.whole_cut)
 
     def _add(self, dst: str, path: Path | None) -> None:
         """A destination first seen after t=0: its class, cut at once if it has no path."""
@@ -163,40 +168,70 @@ class EmulationCore:
         return change
 
     def apply(self, changes: Mapping[str, Path | None]) -> None:
-        """New paths for some destinations (None: unreachable or cut)."""
+        """New paths for some destinations (None: unreachable or cut).
+
+        A step that leaves none of the destinations reachable (this
+        instance disconnected, crashed or gone: hundreds of paths) cuts the
+        whole tree in one message (ShapingTree.cut_all) rather than each
+        destination; the first destination to come back turns that into
+        per-destination cuts of those still without a path, then lifts it."""
         batch: dict[str, ShapingChange] = {}
         restore: list[str] = []
         special = {self.instance} | (changes.keys() - self.shaped.keys())
         special |= changes.keys() & (self.cut | self.overrides.keys())
         special.update(dst for dst, path in changes.items() if path is None)
         self._apply_plain([dst for dst in changes if dst not in special], changes, batch)
-        for dst in special & changes.keys():
-            new = changes[dst]
-            if dst == self.instance:
+        to_cut, to_live = [], []
+        for dst in changes:
+            if dst not in special or dst == self.instance:
                 continue
-            ip = self.ip_of[dst]
             if dst not in self.shaped:
-                self._add(dst, new)
-                continue
-            if new is None:
+                self._add(dst, changes[dst])
+            elif changes[dst] is None:
                 if dst not in self.cut:
-                    self.tree.cut(ip)
-                    self.cut.add(dst)
-                continue
-            if dst in self.cut:
+                    to_cut.append(dst)
+            else:
+                to_live.append(dst)
+        live_after = len(self.shaped) - len(self.cut) - len(to_cut) + sum(1 for dst in to_live if dst in self.cut)
+        self._cut(to_cut, whole=live_after == 0 and (self._all_cut or len(to_cut) >= WHOLE_CUT_FROM))
+        for dst in to_live:
+            ip = self.ip_of[dst]
+            if dst in self._held:  # its filter still points at its class
+                self._held.discard(dst)
+                self.cut.discard(dst)
+            elif dst in self.cut:
                 restore.append(ip)
                 self.cut.discard(dst)
-            change = self._change(dst, new)
+            change = self._change(dst, changes[dst])  # type: ignore[arg-type]  # to_live: not None
             if change.fields:
                 batch[ip] = change
-            self.shaped[dst] = new
+            self.shaped[dst] = changes[dst]
         # A cut class takes its new values first and only then gets its
         # packets back (the TCAL's restore re-points the filter, nothing
         # else): no packet passes with the values from before the cut.
         if batch:
             self.tree.change_many(batch)
+        if self._all_cut and len(self.cut) < len(self.shaped):
+            for dst in sorted(self._held):  # still without a path: cut by its own filter from now on
+                self.tree.cut(self.ip_of[dst])
+            self._held.clear()
+            self.tree.restore_all()
+            self._all_cut = False
         for ip in restore:
             self.tree.restore(ip)
+
+    def _cut(self, dsts: list[str], whole: bool) -> None:
+        """Cut these destinations: `whole`, by the tree's cut_all (none is
+        left with a path), else one by one."""
+        if whole and not self._all_cut:
+            self.tree.cut_all()
+            self._all_cut = True
+        for dst in dsts:
+            if whole:
+                self._held.add(dst)
+            else:
+                self.tree.cut(self.ip_of[dst])
+            self.cut.add(dst)
 
     def _apply_plain(self, dsts: list[str], changes: Mapping[str, Path | None], batch: dict) -> None:
         """New paths for shaped destinations, neither cut nor overridden.

@@ -58,6 +58,8 @@ def describe_run(experiment: Experiment, timeline, subnet: str) -> list[str]:
         setup = plans[net.instance]
         tree = plan_tree(setup.shapings, wire_overhead=wire_overhead, netem=netem)
         lines += [f"  {line}" for line in tree.describe()]
-        if setup.cut:
+        if setup.whole_cut:
+            lines.append(f"  cut at t=0, every path (u32 node 800::1 -> blackhole): {', '.join(setup.cut)}")
+        elif setup.cut:
             lines.append(f"  cut at t=0 (blackhole): {', '.join(setup.cut)}")
     return lines

@@ -106,6 +106,15 @@ class ShapingTree(Protocol):
         """Send the destination's packets through its class again."""
         ...
 
+    def cut_all(self) -> None:
+        """Drop every destination's packets at once; each destination keeps
+        its class and its own cut or not, in force again after restore_all."""
+        ...
+
+    def restore_all(self) -> None:
+        """Undo cut_all."""
+        ...
+
     def remove(self, dst_ip: str) -> None:
         """Delete the destination's class; its packets are dropped from then on."""
         ...

@@ -217,6 +217,13 @@ def u32_match(ifindex: int, parent: int, slot: U32Slot, dst_ip: str, target_clas
     return _filter_head(ifindex, slot.handle, parent) + attr(TCA_OPTIONS, opts)
 
 
+def u32_catch_all(ifindex: int, parent: int, handle: int, target_classid: int) -> bytes:
+    """A node matching every IPv4 packet that reaches it -> class."""
+    opts = u32_attr(TCA_U32_CLASSID, target_classid)
+    opts += attr(TCA_U32_SEL, _selector([(0, 0, 0)], flags=TC_U32_TERMINAL))
+    return _filter_head(ifindex, handle, parent) + attr(TCA_OPTIONS, opts)
+
+
 def u32_delete(ifindex: int, parent: int, handle: int) -> bytes:
     return _filter_head(ifindex, handle, parent)
 

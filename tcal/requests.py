@@ -24,7 +24,10 @@ from collapsar.tcal.plan import HtbParams, LeafParams, TreePlan
 ROOT = classid(ROOT_MAJOR, 0)
 DEFAULT = classid(ROOT_MAJOR, DEFAULT_MINOR)
 BLACKHOLE = classid(ROOT_MAJOR, BLACKHOLE_MINOR)
-ROOT_LINK_HANDLE = (0x800 << 20) | 1  # node 1 of u32's root table 800:
+# u32's root table 800: holds, in node order, the cut of every path (node 1,
+# there only while the tree is cut whole) and the link to the hash tables.
+CUT_ALL_HANDLE = (0x800 << 20) | 1
+ROOT_LINK_HANDLE = (0x800 << 20) | 2
 
 
 class TreeRequests:
@@ -56,8 +59,17 @@ class TreeRequests:
             m.RTM_NEWTFILTER,
             m.CREATE,
             m.u32_link(self.ifindex, ROOT, ROOT_LINK_HANDLE, None, U32_LEVEL1_HTID, 0xFF00),
-            "create u32 root node 800::1 -> hash table 1:",
+            "create u32 root node 800::2 -> hash table 1:",
         )
+
+    def cut_all(self) -> m.Request:
+        """Every IPv4 packet to the blackhole, ahead of the hash tables."""
+        body = m.u32_catch_all(self.ifindex, ROOT, CUT_ALL_HANDLE, BLACKHOLE)
+        return m.Request(m.RTM_NEWTFILTER, m.CREATE, body, "cut every path (u32 node 800::1 -> 1:2)")
+
+    def restore_all(self) -> m.Request:
+        body = m.u32_delete(self.ifindex, ROOT, CUT_ALL_HANDLE)
+        return m.Request(m.RTM_DELTFILTER, 0, body, "restore every path (delete u32 node 800::1)")
 
     def delete_root(self) -> m.Request:
         return m.Request(m.RTM_DELQDISC, 0, m.qdisc_delete(self.ifindex, ROOT, m.TC_H_ROOT), "delete root qdisc 1:")

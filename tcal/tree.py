@@ -51,6 +51,7 @@ class TcTree:
         self._level2: set[int] = set()
         self._root_made = False
         self._gso: GsoLimit | None = None
+        self.all_cut = False  # cut_all in force: every path dropped, whatever each destination's filter says
 
     # --- public API --------------------------------------------------------
 
@@ -250,6 +251,29 @@ class TcTree:
     def restore(self, dst_ip: str) -> None:
         self._point(dst_ip, cut=False)
 
+    def cut_all(self) -> None:
+        """Drop every destination's packets, in one message (an instance
+        disconnected, crashed or gone: its whole tree is cut); each
+        destination's class and filter stay as they are."""
+        self._whole(cut=True)
+
+    def restore_all(self) -> None:
+        """Undo cut_all: each destination's filter decides again."""
+        self._whole(cut=False)
+
+    def _whole(self, cut: bool) -> None:
+        self._need_setup()
+        if self.all_cut == cut:
+            return
+        self.all_cut = cut
+
+        def then(failures: list[KernelFailure]) -> None:
+            if failures:
+                self.all_cut = not cut
+                self._raise(failures, "cut every path" if cut else "restore every path")
+
+        self._socket.submit([self._requests.cut_all() if cut else self._requests.restore_all()], then)
+
     def teardown(self) -> None:
         """Delete the root qdisc (and with it every class, leaf and filter we
         made); a second call, or one after a failed setup, does nothing."""
@@ -267,6 +291,7 @@ class TcTree:
         self._sock.close()
         self._sock = None
         self._root_made = False
+        self.all_cut = False
         self._dests.clear()
         self._removed.clear()
         self._layout, self._minors, self._level2 = U32Layout(), MinorAllocator(), set()

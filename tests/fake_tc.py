@@ -27,6 +27,7 @@ class FakeTree:
         self.cut_ips: set[str] = set()
         self.calls: list[tuple] = []
         self.is_setup = False
+        self.all_cut = False
         self.groups: dict[str, Hashable] = {}  # setup's grouping hint, recorded
         FakeTree.made.append(self)
 
@@ -83,6 +84,20 @@ class FakeTree:
         self._need(dst_ip)
         self.cut_ips.discard(dst_ip)
         self.calls.append(("restore", dst_ip))
+
+    def cut_all(self) -> None:
+        assert not self.all_cut, "cut_all twice"
+        self.all_cut = True
+        self.calls.append(("cut_all",))
+
+    def restore_all(self) -> None:
+        assert self.all_cut, "restore_all without cut_all"
+        self.all_cut = False
+        self.calls.append(("restore_all",))
+
+    def passes(self, dst_ip: str) -> bool:
+        """Would a packet to dst_ip get through (what the kernel's tree decides)?"""
+        return dst_ip in self.shapings and dst_ip not in self.cut_ips and not self.all_cut
 
     def remove(self, dst_ip: str) -> None:
         self._need(dst_ip)

@@ -43,7 +43,8 @@ def test_setup_builds_the_planned_classes_leaves_and_filters(tree_factory):
         ("pfifo", "2:", "1:2"),
     ]
     text = filters(pair.src_ns, pair.src_if)
-    assert "fh 800::1 order 1 key ht 800 bkt 0 link 1:" in text
+    assert "fh 800::2 order 2 key ht 800 bkt 0 link 1:" in text
+    assert "800::1" not in text  # the cut of every path is made only by cut_all
     assert "hash mask 0000ff00 at 16" in text and "hash mask 000000ff at 16" in text
     assert "fh 1:1:1 order 1 key ht 1 bkt 1 link 101:" in text
     for i, ip in enumerate(pair.dst_ips):
@@ -145,6 +146,29 @@ def test_cut_restore_remove_and_add(tree_factory):
     assert ping_loss(pair.src_ns, a) == 0
     assert classes(pair.src_ns, pair.src_if)["1:10"]["rate"] == "19687Kbit"
     assert tree.shapings[a] == Shaping(a, 20_000_000)
+
+
+def test_cut_all_drops_every_path_in_one_node_and_restore_all_gives_each_filter_back(tree_factory):
+    pair, tree = tree_factory(n_dst=3)
+    a, b, c = pair.dst_ips
+    tree.setup([Shaping(ip, 100_000_000) for ip in pair.dst_ips])
+    tree.cut(c)  # a cut of its own, which must outlive the whole cut
+    for ip in (a, b):  # neighbours first: ARP is not IPv4, a whole cut leaves it alone
+        assert ping_loss(pair.src_ns, ip, count=1) == 0
+    tree.cut_all()
+    assert tree.all_cut
+    text = filters(pair.src_ns, pair.src_if)
+    assert "fh 800::1 order 1 key ht 800 bkt 0 *flowid 1:2" in text  # * : terminal, ahead of the link 800::2
+    before = classes(pair.src_ns, pair.src_if)["1:2"]["drops"]
+    assert [ping_loss(pair.src_ns, ip) for ip in (a, b)] == [1.0, 1.0]
+    assert classes(pair.src_ns, pair.src_if)["1:2"]["drops"] - before >= 6
+    tree.change(a, rate_bps=20_000_000)  # destinations still change under the whole cut
+    tree.restore_all()
+    assert "800::1" not in filters(pair.src_ns, pair.src_if)
+    assert [ping_loss(pair.src_ns, ip) for ip in (a, b, c)] == [0, 0, 1.0]
+    assert classes(pair.src_ns, pair.src_if)["1:10"]["rate"] == "19687Kbit"
+    tree.restore_all()  # not cut: nothing to do
+    assert not tree.all_cut
 
 
 def test_change_many_on_1000_destinations(tree_factory):

@@ -50,14 +50,17 @@ def test_the_dry_run_plan_is_what_install_hands_the_tree():
         assert tree.calls[0] == ("setup", tuple(s.dst_ip for s in plan.shapings))
         for planned, made in zip(plan.shapings, installed, strict=True):
             assert planned == made, net.instance
-        assert {ip_of[dst] for dst in plan.cut} == tree.cut_ips
+        if plan.whole_cut:  # an instance absent at t=0: its whole tree is cut, in one node
+            assert tree.all_cut and tree.cut_ips == set() and set(plan.cut) == set(instances) - {net.instance}
+        else:
+            assert {ip_of[dst] for dst in plan.cut} == tree.cut_ips and not tree.all_cut
         at = lines.index(next(line for line in lines if line.startswith(f"instance {net.instance}:")))
         printed = plan_tree(installed, wire_overhead=True, netem=netem).describe()
         assert lines[at + 1 : at + 1 + len(printed)] == [f"  {line}" for line in printed]
     # The placeholders a run cuts at t=0 are in the plan: d, and c before it joins.
     assert plans["a"].cut == ("d", "c")
     assert [s.dst_ip for s in plans["a"].shapings] == [ip_of[n] for n in ("b", "b-2", "d", "c")]
-    assert plans["c"].cut == ("a", "b", "b-2", "d")
+    assert plans["c"].cut == ("a", "b", "b-2", "d") and plans["c"].whole_cut and not plans["a"].whole_cut
     assert "  cut at t=0 (blackhole): d, c" in lines
     # Every netem field of the b link reaches a's class for b (one hop each way).
     to_b = plans["a"].shapings[0]

@@ -162,3 +162,47 @@ def test_override_of_a_cut_destination_waits_for_its_restore():
     assert len(core.tree.calls) == calls and core.effective("b") is None
     core.apply({"b": path("a", "b")})
     assert core.tree.calls[-2:] == [("change_many", {"10.77.0.3": {"rate_bps": 3_000_000}}), ("restore", "10.77.0.3")]
+
+
+def _core_of_four() -> tuple[EmulationCore, dict[str, str]]:
+    ips = {name: f"10.77.0.{i + 2}" for i, name in enumerate("abcd")}
+    core = EmulationCore("a", "eth0", "ns-a", ips, FakeTree, Shaping, netem=False, wire_overhead=True)
+    core.install({d: path("a", d) for d in "bcd"})
+    return core, ips
+
+
+def test_a_step_that_leaves_no_path_cuts_the_whole_tree_in_one_call():
+    core, ips = _core_of_four()
+    core.apply(dict.fromkeys("bcd"))  # a disconnected: every path gone
+    assert core.tree.calls[1:] == [("cut_all",)]
+    assert core.configured() == dict.fromkeys("bcd") and core.effective("b") is None
+    assert not any(core.tree.passes(ips[d]) for d in "bcd")
+    core.apply({"b": None})  # already cut: nothing more
+    # reconnected: the paths come back as they were (their classes kept them): one call
+    core.apply({d: path("a", d) for d in "bcd"})
+    assert core.tree.calls[2:] == [("restore_all",)]
+    assert all(core.tree.passes(ips[d]) for d in "bcd")
+
+
+def test_coming_back_from_a_whole_cut_cuts_those_still_without_a_path_first():
+    core, ips = _core_of_four()
+    core.apply(dict.fromkeys("bcd"))
+    core.apply({"c": path("a", "c", rate_bps=2_000_000)})  # c alone comes back, with a new rate
+    assert core.tree.calls[2:] == [
+        ("change_many", {ips["c"]: {"rate_bps": 2_000_000}}),  # its class first
+        ("cut", ips["b"]),
+        ("cut", ips["d"]),
+        ("restore_all",),
+    ]
+    assert [core.tree.passes(ips[d]) for d in "bcd"] == [False, True, False]
+    assert core.configured() == {"b": None, "c": path("a", "c", rate_bps=2_000_000), "d": None}
+    core.apply({"b": path("a", "b")})  # b's own cut now: restored by its filter
+    assert core.tree.calls[-1] == ("restore", ips["b"])
+
+
+def test_one_destination_left_without_a_path_is_cut_on_its_own():
+    core, ips = _core_of_four()
+    core.apply({"b": None, "c": None})
+    core.apply({"d": None})  # the last one: WHOLE_CUT_FROM (2) not reached in this step
+    assert core.tree.calls[1:] == [("cut", ips["b"]), ("cut", ips["c"]), ("cut", ips["d"])]
+    assert not core.tree.all_cut
