@@ -299,6 +299,13 @@ class EmulationCore:
             return None
         return asdict(self._in_tree[dst])
 
+    def class_rate(self, dst: str) -> int | None:
+        """The rate dst's class holds (its path narrowed by its share; None:
+        unlimited, cut or a placeholder).  Read without the lock: one dict
+        lookup of a record replaced whole."""
+        record = None if dst in self.cut else self._in_tree.get(dst)
+        return None if record is None else record.rate_bps
+
     def configured(self) -> dict[str, Path | None]:
         """dst instance -> the path in force (None: cut)."""
         return {d: (None if d in self.cut else p) for d, p in self.shaped.items()}

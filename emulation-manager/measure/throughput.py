@@ -69,17 +69,24 @@ class Segment:
     configured_bps: int | None  # the path's rate in this segment; None: unlimited
     cut: bool = False
     end_ns: int | None = None
+    # (rate, share) per window: the measured rate, and the rate the pair's
+    # class allowed at its end (its path narrowed by the sharing loop's
+    # share; None: unlimited, or not known)
     rates: deque = field(default_factory=lambda: deque(maxlen=ACTIVE_SAMPLES))  # sending throughout
     partial: deque = field(default_factory=lambda: deque(maxlen=ACTIVE_SAMPLES))  # idle at an edge
 
     def summary(self, t0_ns: int) -> dict:
-        ordered = sorted(self.rates or self.partial)
+        windows = self.rates or self.partial
+        ordered = sorted(rate for rate, _ in windows)
+        shares = sorted(share for _, share in windows if share is not None)
+        middle = len(windows) // 2  # windows without a share (unlimited) count as above every number
         return {
             "start_s": (self.start_ns - t0_ns) / 1e9,
             "end_s": None if self.end_ns is None else (self.end_ns - t0_ns) / 1e9,
             "configured_bps": self.configured_bps,
             "cut": self.cut,
-            "median_rate_bps": ordered[len(ordered) // 2] if ordered else None,
+            "median_rate_bps": ordered[middle] if ordered else None,
+            "median_share_bps": shares[middle] if middle < len(shares) else None,
             "windows": len(ordered),
         }
 
@@ -109,13 +116,23 @@ class Meter:
         self._segmented: dict[str, set[str]] = {}  # src -> dsts with segments (pairs that carried traffic)
         self._new_pairs: list[tuple[str, str]] = []  # first seen since the last new_pairs()
         self._configured: Callable[[str, str], tuple[int | None, bool]] = lambda src, dst: (None, False)
+        self._allowed: Callable[[str, str], int | None] = lambda src, dst: None
         self.t0_ns = time.monotonic_ns()
 
-    def follow(self, configured: Callable[[str, str], tuple[int | None, bool]], t0_ns: int) -> None:
+    def follow(
+        self,
+        configured: Callable[[str, str], tuple[int | None, bool]],
+        t0_ns: int,
+        allowed: Callable[[str, str], int | None] | None = None,
+    ) -> None:
         """Where segments start from: `configured(src, dst)` gives the pair's
-        (rate_bps, cut) in force now; `t0_ns` is the run's t=0."""
+        (rate_bps, cut) in force now; `t0_ns` is the run's t=0; `allowed(src,
+        dst)` the rate its class holds now (the path's, or the share the
+        sharing loop narrowed it to; None: unlimited), kept per window."""
         self._configured = configured
         self.t0_ns = t0_ns
+        if allowed is not None:
+            self._allowed = allowed
 
     def mark(self, src: str, dst: str, rate_bps: int | None, cut: bool) -> None:
         """The pair's path changed now: the current segment ends."""
@@ -208,7 +225,8 @@ class Meter:
                         # part idle: they count only for flows too slow to
                         # send in every period (see Segment.summary).
                         throughout = history[1][1] > first_bytes and history[-1][1] > history[-2][1]
-                        (segments[-1].rates if throughout else segments[-1].partial).append(rate)
+                        window = (rate, self._allowed(src, dst))
+                        (segments[-1].rates if throughout else segments[-1].partial).append(window)
                 self._flows[key] = {
                     "src": src,
                     "dst": dst,

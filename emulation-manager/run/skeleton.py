@@ -147,6 +147,12 @@ class ManagerRun:
         path = core.shaped.get(dst)
         return (None if path is None else path.rate_bps), (path is None or dst in core.cut)
 
+    def allowed_rate(self, src: str, dst: str) -> int | None:
+        """The rate src's class for dst holds now: its path's, or the share
+        the sharing loop narrowed it to (None: unlimited, cut or not shaped)."""
+        core = self.cores.get(src)
+        return None if core is None else core.class_rate(dst)
+
     def start_instance(self, instance: str) -> None:
         # Joins start in the step's follow-up (player.apply_plan), after it fired.
         self.status[instance] = "up"
@@ -213,7 +219,7 @@ class ManagerRun:
         gc.freeze()  # O(1): no collection at t=0
         self.t0_ns = t0_ns = self.player.start()
         if self.meter is not None:
-            self.meter.follow(self.configured_rate, t0_ns)
+            self.meter.follow(self.configured_rate, t0_ns, self.allowed_rate)
         return t0_ns
 
     def now_us(self) -> int:

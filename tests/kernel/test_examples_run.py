@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 from examples_support import HOST_EXAMPLES, run_example
 
+from collapsar.manager.measure.flows import limited_by
+
 MBPS = 1_000_000
 
 
@@ -51,5 +53,12 @@ def test_dumbbell_sharing_splits_the_bottleneck(tmp_path):
     # Each path alone is 20 Mbit/s: without sharing b would get that; it gets half.
     assert [s["configured_bps"] for s in b["segments"]] == [20 * MBPS]
     assert 0.8 * 10 * MBPS <= b["median_rate_bps"] <= 1.15 * 10 * MBPS
+    # ... and the end table says why: its share, not its path, capped it.
+    (segment,) = b["segments"]
+    assert 0.9 * 10 * MBPS <= segment["median_share_bps"] <= 1.1 * 10 * MBPS
+    assert limited_by(segment) == "its share"
+    row = next(line for line in run.stdout.splitlines() if line.startswith("b -> rb"))
+    share = f"{segment['median_share_bps'] / 1e6:.3g} Mbit/s"
+    assert f"20 Mbit/s        {share}" in row and "  its share  " in row, row
     # a shares for 6 s, then has the link alone for 6 s: about three times b's bytes.
     assert 2.3 <= a["bytes"] / b["bytes"] <= 3.5, (a["bytes"], b["bytes"])

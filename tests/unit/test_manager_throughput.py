@@ -6,7 +6,7 @@ from collections import namedtuple
 from test_manager_fakes import path
 
 from collapsar.manager.addressing import plan_network
-from collapsar.manager.measure.flows import flow_table
+from collapsar.manager.measure.flows import flow_table, limited_by
 from collapsar.manager.measure.throughput import Meter
 
 Counter = namedtuple("Counter", "bytes packets wire_bytes")
@@ -78,12 +78,16 @@ def test_segments_split_at_path_changes_and_skip_windows_idle_at_an_edge(monkeyp
     meter._thread.join()
     clock = [0]
     monkeypatch.setattr(time, "monotonic_ns", lambda: clock[0])
-    meter.follow(lambda src, dst: (10_000_000, False), t0_ns=0)
+    allowed = [10_000_000]  # what a's class for b holds: the sharing loop narrows it at t=1.5 s
+    meter.follow(lambda src, dst: (10_000_000, False), t0_ns=0, allowed=lambda src, dst: allowed[0])
     wire = 0
     for step in range(1, 181):  # 9 s of 50 ms periods
         clock[0] = step * 50_000_000
+        if step == 31:
+            allowed[0] = 4_000_000  # of the first segment's 50 windows, 20 end at 10 and 30 at 4: median 4
         if step == 61:
             meter.mark("a", "b", 2_000_000, False)
+            allowed[0] = None  # unlimited from then on
         if step <= 60:
             wire += 62_500  # 10 Mbit/s
         elif step <= 90:
@@ -94,6 +98,8 @@ def test_segments_split_at_path_changes_and_skip_windows_idle_at_an_edge(monkeyp
     first, second = ab["segments"]
     assert (first["start_s"], first["end_s"], first["configured_bps"]) == (0.0, 3.05, 10_000_000)
     assert first["median_rate_bps"] == 10_000_000 and first["windows"] == 50
+    assert first["median_share_bps"] == 4_000_000
+    assert second["median_share_bps"] is None
     assert (second["start_s"], second["end_s"], second["configured_bps"]) == (3.05, None, 2_000_000)
     # 10 windows lie wholly in the sending part; the 20 that run into the
     # idle end would have put the median at about half the rate.
@@ -113,7 +119,8 @@ def test_flow_table_lists_flows_with_traffic_one_row_per_segment():
                     "end_s": 4.0,
                     "configured_bps": 10_000_000,
                     "cut": False,
-                    "median_rate_bps": 9_870_000,
+                    "median_rate_bps": 4_930_000,
+                    "median_share_bps": 5_000_000,  # another flow had the other half of a link
                     "windows": 50,
                 },
                 {
@@ -123,6 +130,15 @@ def test_flow_table_lists_flows_with_traffic_one_row_per_segment():
                     "cut": False,
                     "median_rate_bps": None,
                     "windows": 0,
+                },
+                {
+                    "start_s": 4.5,
+                    "end_s": 5.0,
+                    "configured_bps": 2_000_000,
+                    "cut": False,
+                    "median_rate_bps": 1_990_000,
+                    "median_share_bps": 2_000_000,
+                    "windows": 9,
                 },
                 {
                     "start_s": 5.0,
@@ -138,8 +154,21 @@ def test_flow_table_lists_flows_with_traffic_one_row_per_segment():
     ]
     configured = {("a", "b"): path("a", "b", delay_us=5000, rate_bps=10_000_000, loss_ratio=0.01)}
     assert flow_table(flows, configured) == [
-        "pair    during     configured rate  measured (median 1 s)  RTT now  loss now  sent",
-        "a -> b  0.0-4.0 s  10 Mbit/s        9.87 Mbit/s            10 ms    0.01      5 MB",
-        "        5.0-end s  cut              20 kbit/s",
+        "pair    during     configured rate  share (median)  measured (median 1 s)  limited by  "
+        "RTT now  loss now  sent",
+        "a -> b  0.0-4.0 s  10 Mbit/s        5 Mbit/s        4.93 Mbit/s            its share   "
+        "10 ms    0.01      5 MB",
+        "        4.5-5.0 s  2 Mbit/s         2 Mbit/s        1.99 Mbit/s            its path",
+        "        5.0-end s  cut              -               20 kbit/s              cut",
     ]
     assert flow_table(flows[1:], configured) == []
+
+
+def test_limited_by_names_the_cap_of_each_segment():
+    seg = {"cut": False, "configured_bps": 20_000_000, "median_share_bps": 10_000_000}
+    assert limited_by(seg) == "its share"  # the demo's 20 Mbit/s link shared by two flows
+    assert limited_by(seg | {"median_share_bps": 19_900_000}) == "its path"  # within 1%: the path's own rate
+    assert limited_by(seg | {"configured_bps": None}) == "its share"
+    assert limited_by(seg | {"configured_bps": None, "median_share_bps": None}) == "-"
+    assert limited_by(seg | {"cut": True}) == "cut"
+    assert limited_by({"cut": False, "configured_bps": 5_000_000}) == "its path"  # from before shares were kept
