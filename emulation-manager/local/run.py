@@ -37,6 +37,7 @@ from collapsar.manager.local.rundir import RunDir, RunLock, is_stale, list_runs,
 from collapsar.manager.local.runtime import NamespaceRuntime
 from collapsar.manager.local.supervisor import Launch, Supervisor
 from collapsar.manager.measure import workload
+from collapsar.manager.measure.series import SeriesWriter
 from collapsar.manager.measure.throughput import Meter
 from collapsar.manager.run.awake import KeepAwake
 from collapsar.manager.run.options import ACTIVE_TREE_FROM, RunOptions
@@ -135,6 +136,7 @@ class LocalRun(ManagerRun):
             self.options.source_text or Path(self.experiment.source).read_text(),
         )
         workload.trace_into(self)
+        self.series = SeriesWriter(self.rundir.dir_fd)
         started = time.monotonic()
         journal = self.rundir.journal
         clock = StageClock()
@@ -315,10 +317,16 @@ class LocalRun(ManagerRun):
                 lambda: teardown.execute(plan_cleanup(read_journal(self.rundir.journal.path))),
             ),
             ("write the event log", lambda: outputs.write_event_log(self)),
+            ("close the series", self._close_series),
             ("write instances.json", lambda: outputs.write_instances(self)),
             ("report the workload", lambda: workload.report(self)),
         ]
         return stages
+
+    def _close_series(self) -> None:
+        if self.series is not None:
+            self.series.events(f.as_dict() for f in self.player.log)
+            self.series.close()
 
     def torn_down(self, failures: list[str]) -> None:
         """Failures leave the journal unfinished, so `collapsar cleanup` can retry."""

@@ -236,6 +236,10 @@ class Meter:
                     "rate_bps": rate,
                 }
 
+    def rates_now(self) -> dict[tuple[str, str], int]:
+        """(src, dst) -> its rate over the last window (about 1 s), bits per second."""
+        return {key: flow["rate_bps"] for key, flow in self._flows.items()}
+
     def new_pairs(self) -> list[tuple[str, str]]:
         """The (src, dst) pairs whose first bytes the samples since the last
         call saw, in the order they were seen."""

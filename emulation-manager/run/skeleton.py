@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from collapsar.errors import CollapsarError
 from collapsar.manager.core import EmulationCore, needs_netem
 from collapsar.manager.experiment import all_instances, timeline_paths
+from collapsar.manager.measure.series import SeriesWriter
 from collapsar.manager.play.live import LivePlayer
 from collapsar.manager.run.options import RunOptions
 from collapsar.manager.run.runtime import InstanceRuntime, Place
@@ -108,6 +109,7 @@ class ManagerRun:
         self.active_tree = False  # True: idle destinations share classes until the meter sees them (tcal.active)
         self.activated = 0  # destinations given their own class so far (active trees)
         self.sharing: Any = None  # the mode's sharing loop once up, unless sharing is off
+        self.series: SeriesWriter | None = None  # the mode's, where it has a run directory (measure/series.py)
         self.board = StatusBoard(self.paths_json, lambda: self.paths_version)
         self.server: StatusServer | None = None
         self.wake = threading.Event()  # set to run the loop's next tick now
@@ -240,6 +242,14 @@ class ManagerRun:
                     self.activate_flows(self.meter.new_pairs())
                 if self.sharing is not None:
                     self.share(now_us)
+                if self.series is not None and self.t0_ns is not None and self.series.due(now_us):
+                    self.series.second(
+                        now_us,
+                        self.meter.rates_now() if self.meter is not None else {},
+                        self.configured_rate,
+                        self.allowed_rate,
+                        self.sharing.status() if self.sharing is not None else None,
+                    )
                 if self.server is not None:  # the snapshot's only reader (--status-port -1: none)
                     self.board.publish(self.snapshot(now_us))
                 if self.options.duration_us is not None and now_us >= self.options.duration_us:

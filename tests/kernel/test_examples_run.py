@@ -6,6 +6,9 @@ that the two lists hold every example."""
 
 from __future__ import annotations
 
+import csv
+import statistics
+
 import pytest
 from examples_support import HOST_EXAMPLES, run_example
 
@@ -60,5 +63,15 @@ def test_dumbbell_sharing_splits_the_bottleneck(tmp_path):
     row = next(line for line in run.stdout.splitlines() if line.startswith("b -> rb"))
     share = f"{segment['median_share_bps'] / 1e6:.3g} Mbit/s"
     assert f"20 Mbit/s        {share}" in row and "  its share  " in row, row
+    # The series (series/flows.csv, one row a second) tell the same story:
+    # b's per-second rates and shares have the segment's medians.
+    with open(run.dir / "series" / "flows.csv", newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if (r["src"], r["dst"]) == ("b", "rb")]
+    assert len(rows) >= 5
+    assert {r["configured_bps"] for r in rows} == {str(20 * MBPS)}
+    measured = statistics.median(int(r["measured_bps"]) for r in rows)
+    shares = statistics.median(int(r["share_bps"]) for r in rows)
+    assert abs(measured - b["median_rate_bps"]) <= 0.1 * b["median_rate_bps"], (measured, b["median_rate_bps"])
+    assert abs(shares - segment["median_share_bps"]) <= 0.05 * segment["median_share_bps"]
     # a shares for 6 s, then has the link alone for 6 s: about three times b's bytes.
     assert 2.3 <= a["bytes"] / b["bytes"] <= 3.5, (a["bytes"], b["bytes"])

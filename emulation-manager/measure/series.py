@@ -1,0 +1,130 @@
+"""Time series of a run, one row per second, in RUNDIR/series/*.csv.
+
+CSV with a header row, comma-separated, numbers in plain units (bits per
+second, microseconds, ratios), empty for "none" (an unlimited rate):
+pandas (`pd.read_csv`) and DuckDB (`read_csv_auto`) read them as they are.
+Rows are written once per second as the run goes (flushed: a run killed
+midway keeps what it measured); events.csv is written at the end.
+
+  flows.csv   t_s, src, dst, measured_bps, configured_bps, share_bps,
+              congestion_loss, cut
+              one row per (src, dst) pair that sent in the second before
+              t_s: its rate over that second at the sender's egress (wire
+              bits), the path's rate in force, the rate its class allowed
+              (the path's, or the share the sharing loop narrowed it to),
+              the loss the sharing loop charged it for an oversubscribed
+              link, and 1 if the path was cut
+  links.csv   t_s, link, src, dst, capacity_bps, load_bps, utilisation,
+              oversubscribed_loss
+              one row per link that carried a flow (with sharing on): what
+              the sharing loop saw in its last period
+  events.csv  index, scheduled_s, applied_s, lateness_us, label, error, adhoc
+              one row per timeline step applied
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import IO
+
+SERIES_DIR = "series"
+FLOW_COLUMNS = ("t_s", "src", "dst", "measured_bps", "configured_bps", "share_bps", "congestion_loss", "cut")
+LINK_COLUMNS = ("t_s", "link", "src", "dst", "capacity_bps", "load_bps", "utilisation", "oversubscribed_loss")
+EVENT_COLUMNS = ("index", "scheduled_s", "applied_s", "lateness_us", "label", "error", "adhoc")
+EVERY_US = 1_000_000
+
+
+def _cell(value: object) -> object:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 1e15 else f"{value:.6g}"
+    return value
+
+
+class SeriesWriter:
+    """Writes the series of one run into `series/` of its run directory
+    (`dir_fd`: the run directory, opened by RunDir; the files are new, never
+    written through a symlink or over anything)."""
+
+    def __init__(self, dir_fd: int):
+        os.mkdir(SERIES_DIR, 0o700, dir_fd=dir_fd)
+        self._dir_fd = os.open(SERIES_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        self._files: list[IO[str]] = []
+        self._flows = self._table("flows.csv", FLOW_COLUMNS)
+        self._links = self._table("links.csv", LINK_COLUMNS)
+        self.next_us = EVERY_US  # the first row: one second after t=0
+
+    def _open(self, name: str) -> IO[str]:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        handle = os.fdopen(os.open(name, flags, 0o600, dir_fd=self._dir_fd), "w", newline="")
+        self._files.append(handle)
+        return handle
+
+    def _table(self, name: str, columns: tuple[str, ...]):
+        writer = csv.writer(self._open(name))
+        writer.writerow(columns)
+        return writer
+
+    def due(self, now_us: int) -> bool:
+        return now_us >= self.next_us
+
+    def second(
+        self,
+        now_us: int,
+        rates: Mapping[tuple[str, str], int],
+        configured: Callable[[str, str], tuple[int | None, bool]],
+        allowed: Callable[[str, str], int | None],
+        sharing: Mapping | None,
+    ) -> None:
+        """One second's rows: `rates` (src, dst) -> bits per second over the
+        last second (the meter's window), `configured` and `allowed` as the
+        meter follows them, `sharing` the sharing loop's status (None: off)."""
+        t_s = round(now_us / 1e6, 3)
+        loss = {(f["src"], f["dst"]): f["congestion_loss_ratio"] for f in (sharing or {}).get("flows", ())}
+        for (src, dst), rate in sorted(rates.items()):
+            if rate <= 0:
+                continue
+            path_bps, cut = configured(src, dst)
+            row = (t_s, src, dst, rate, path_bps, None if cut else allowed(src, dst), loss.get((src, dst), 0.0), cut)
+            self._flows.writerow([_cell(v) for v in row])
+        for link in (sharing or {}).get("links", ()):
+            row = (
+                t_s,
+                link["id"],
+                link["src"],
+                link["dst"],
+                link["capacity_bps"],
+                link["load_bps"],
+                link["utilisation"],
+                link["oversubscribed_loss_ratio"],
+            )
+            self._links.writerow([_cell(v) for v in row])
+        for handle in self._files:
+            handle.flush()
+        self.next_us = (now_us // EVERY_US + 1) * EVERY_US
+
+    def events(self, log: Iterable[Mapping]) -> None:
+        """events.csv from the event log (Fired.as_dict rows)."""
+        writer = self._table("events.csv", EVENT_COLUMNS)
+        for e in log:
+            row = (
+                e["index"],
+                e["scheduled_us"] / 1e6,
+                e["applied_us"] / 1e6,
+                e["lateness_us"],
+                e["label"],
+                e["error"],
+                e.get("adhoc", False),
+            )
+            writer.writerow([_cell(v) for v in row])
+
+    def close(self) -> None:
+        for handle in self._files:
+            handle.close()
+        self._files.clear()
+        os.close(self._dir_fd)

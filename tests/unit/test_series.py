@@ -1,0 +1,128 @@
+"""The run's time series (measure/series.py): the rows and files it writes."""
+
+import csv
+import os
+
+import pytest
+
+from collapsar.manager.measure.series import SeriesWriter
+
+SHARING = {
+    "flows": [{"src": "a", "dst": "b", "congestion_loss_ratio": 0.02}],
+    "links": [
+        {
+            "id": 3,
+            "src": "a",
+            "dst": "s",
+            "capacity_bps": 20_000_000,
+            "load_bps": 25_000_000,
+            "utilisation": 1.25,
+            "oversubscribed_loss_ratio": 0.2,
+        }
+    ],
+}
+
+
+def _rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    yield tmp_path, fd
+    os.close(fd)
+
+
+def test_one_row_per_sending_pair_and_link_each_second(run_dir):
+    path, fd = run_dir
+    series = SeriesWriter(fd)
+    assert not series.due(999_999) and series.due(1_000_000)
+    rates = {("a", "b"): 12_000_000, ("b", "a"): 0, ("a", "c"): 3_000}  # b -> a sent nothing: no row
+    series.second(
+        1_020_000,
+        rates,
+        configured=lambda src, dst: (20_000_000, False) if dst == "b" else (None, True),
+        allowed=lambda src, dst: 10_000_000,
+        sharing=SHARING,
+    )
+    assert series.next_us == 2_000_000 and not series.due(1_999_999)
+    series.second(2_050_000, {("a", "b"): 9_000_000}, lambda s, d: (20_000_000, False), lambda s, d: None, None)
+    series.events(
+        [
+            {
+                "index": 0,
+                "label": "link a -- s set",
+                "scheduled_us": 1_500_000,
+                "applied_us": 1_500_120,
+                "lateness_us": 120,
+                "error": None,
+            }
+        ]
+    )
+    series.close()
+    assert _rows(path / "series" / "flows.csv") == [
+        {
+            "t_s": "1.02",
+            "src": "a",
+            "dst": "b",
+            "measured_bps": "12000000",
+            "configured_bps": "20000000",
+            "share_bps": "10000000",
+            "congestion_loss": "0.02",
+            "cut": "0",
+        },
+        {  # a cut path: no rate in force, no share
+            "t_s": "1.02",
+            "src": "a",
+            "dst": "c",
+            "measured_bps": "3000",
+            "configured_bps": "",
+            "share_bps": "",
+            "congestion_loss": "0",
+            "cut": "1",
+        },
+        {  # sharing off: no loss charged; an unlimited class: no share
+            "t_s": "2.05",
+            "src": "a",
+            "dst": "b",
+            "measured_bps": "9000000",
+            "configured_bps": "20000000",
+            "share_bps": "",
+            "congestion_loss": "0",
+            "cut": "0",
+        },
+    ]
+    assert _rows(path / "series" / "links.csv") == [
+        {
+            "t_s": "1.02",
+            "link": "3",
+            "src": "a",
+            "dst": "s",
+            "capacity_bps": "20000000",
+            "load_bps": "25000000",
+            "utilisation": "1.25",
+            "oversubscribed_loss": "0.2",
+        }
+    ]
+    assert _rows(path / "series" / "events.csv") == [
+        {
+            "index": "0",
+            "scheduled_s": "1.5",
+            "applied_s": "1.50012",
+            "lateness_us": "120",
+            "label": "link a -- s set",
+            "error": "",
+            "adhoc": "0",
+        }
+    ]
+    assert oct(os.stat(path / "series" / "flows.csv").st_mode & 0o777) == "0o600"
+
+
+def test_the_series_never_writes_through_what_is_already_there(run_dir):
+    path, fd = run_dir
+    os.symlink("/etc", path / "series")  # only root could have put it in a run directory; still refused
+    with pytest.raises(FileExistsError):
+        SeriesWriter(fd)
+    assert os.path.islink(path / "series")
