@@ -18,7 +18,7 @@ and what the tree holds is always `effective(path, override)`.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import cast
 
@@ -175,12 +175,11 @@ class EmulationCore:
         whole tree in one message (ShapingTree.cut_all) rather than each
         destination; the first destination to come back turns that into
         per-destination cuts of those still without a path, then lifts it."""
-        batch: dict[str, ShapingChange] = {}
         restore: list[str] = []
         special = {self.instance} | (changes.keys() - self.shaped.keys())
         special |= changes.keys() & (self.cut | self.overrides.keys())
         special.update(dst for dst, path in changes.items() if path is None)
-        self._apply_plain([dst for dst in changes if dst not in special], changes, batch)
+        groups = self._apply_plain([dst for dst in changes if dst not in special], changes)
         to_cut, to_live = [], []
         for dst in changes:
             if dst not in special or dst == self.instance:
@@ -204,13 +203,13 @@ class EmulationCore:
                 self.cut.discard(dst)
             change = self._change(dst, changes[dst])  # type: ignore[arg-type]  # to_live: not None
             if change.fields:
-                batch[ip] = change
+                groups.append(([ip], change))
             self.shaped[dst] = changes[dst]
         # A cut class takes its new values first and only then gets its
         # packets back (the TCAL's restore re-points the filter, nothing
         # else): no packet passes with the values from before the cut.
-        if batch:
-            self.tree.change_many(batch)
+        if groups:
+            self.tree.change_groups(groups)
         if self._all_cut and len(self.cut) < len(self.shaped):
             for dst in sorted(self._held):  # still without a path: cut by its own filter from now on
                 self.tree.cut(self.ip_of[dst])
@@ -233,7 +232,9 @@ class EmulationCore:
                 self.tree.cut(self.ip_of[dst])
             self.cut.add(dst)
 
-    def _apply_plain(self, dsts: list[str], changes: Mapping[str, Path | None], batch: dict) -> None:
+    def _apply_plain(
+        self, dsts: list[str], changes: Mapping[str, Path | None]
+    ) -> list[tuple[Sequence[str], ShapingChange]]:
         """New paths for shaped destinations, neither cut nor overridden.
 
         A link change hands one core hundreds of these, going from one
@@ -242,9 +243,10 @@ class EmulationCore:
         (record in the tree, new values), each group's change is made once,
         and the tree gets that one object for all of its destinations
         (collapsar.tcal.active changes their shared class in place).  The
-        per-destination work is C (map, zip, dict.update)."""
+        per-destination work is C (map, zip, dict.update).  Returns the
+        groups to change: (addresses, change)."""
         if not dsts:
-            return
+            return []
         paths = cast("list[Path]", list(map(changes.__getitem__, dsts)))  # no None among dsts
         olds = list(map(self._in_tree.__getitem__, dsts))  # held: their ids stay theirs
         keys = list(zip(map(id, olds), map(shaping_values, paths)))
@@ -259,13 +261,15 @@ class EmulationCore:
                     groups[key] = (i, [dst])
                 else:
                     group[1].append(dst)
+        out: list[tuple[Sequence[str], ShapingChange]] = []
         for first, members in groups.values():
             record = self._record(paths[first])
             change = ShapingChange.between(olds[first], record)
             self._in_tree.update(dict.fromkeys(members, record))
             if change.fields:
-                batch.update(dict.fromkeys(map(self.ip_of.__getitem__, members), change))
+                out.append((list(map(self.ip_of.__getitem__, members)), change))
         self.shaped.update(zip(dsts, paths))
+        return out
 
     def set_overrides(self, changes: Mapping[str, Override | None]) -> None:
         """New shares for some destinations (None: back to the path alone),

@@ -42,7 +42,6 @@ from collapsar.tcal.requests import BLACKHOLE
 from collapsar.tcal.tree import TcTree
 
 _shared_of = operator.attrgetter("shared")
-_ip_of = operator.attrgetter("ip")
 
 
 @dataclass(eq=False)
@@ -165,42 +164,51 @@ class ActiveTcTree(TcTree):
         return len(made)
 
     def change_many(self, changes: Mapping[str, ShapingChange]) -> None:
+        """Grouped by change object (the core makes one per transition), then
+        as change_groups."""
+        groups: dict[int, tuple[list[str], ShapingChange]] = {}
+        for ip, change in changes.items():
+            group = groups.get(id(change))
+            if group is None:
+                groups[id(change)] = ([ip], change)
+            else:
+                group[0].append(ip)
+        self.change_groups(list(groups.values()))
+
+    def change_groups(self, groups: Sequence[tuple[Sequence[str], ShapingChange]]) -> None:
+        """A group's dormant destinations are split by shared class (a link
+        change: usually one, the class lineages keep them in), the new record
+        made and checked once per (class, values); active ones change as in
+        TcTree.  Per destination, only C-level map and set work."""
         self._need_setup()
-        # A link change gives the dormant destinations of one shared class one
-        # change object (the core makes one per transition): they are
-        # grouped by (class, change) without touching each record, and the
-        # new record is made and checked once per group.
-        found = list(map(self._dormant.get, changes))
         rest: dict[str, ShapingChange] = {}
-        if None in found:
-            rest = {ip: change for ip, change in changes.items() if ip not in self._dormant}
-        dormant = [d for d in found if d is not None] if rest else cast("list[Dormant]", found)
-        groups: dict[tuple[Shared, int], list[Dormant]] = {}
-        if dormant:
-            keys = list(zip(map(_shared_of, dormant), map(id, map(changes.__getitem__, map(_ip_of, dormant)))))
-            if keys.count(keys[0]) == len(keys):  # a link change: one class, one change
-                groups[keys[0]] = dormant
-            else:
-                for key, d in zip(keys, dormant):
-                    members = groups.get(key)
-                    if members is None:
-                        groups[key] = [d]
-                    else:
-                        members.append(d)
-        moves: list[tuple[Shaping, list[Dormant]]] = []
-        made: dict[tuple[Shared, tuple], list[Dormant]] = {}  # equal changes by other objects join
-        for members in groups.values():
-            first = members[0]
-            try:
-                new = dataclasses.replace(first.shaping, **changes[first.ip].values())
-            except CollapsarError as exc:
-                raise CollapsarError(f"{self._where()}: {exc}") from None
-            same = made.get((first.shared, shaping_values(new)))
-            if same is None:
-                made[(first.shared, shaping_values(new))] = members
-                moves.append((new, members))
-            else:
-                same += members
+        moves: list[tuple[Shaping, Shared, list[str]]] = []
+        made: dict[tuple[Shared, tuple], list[str]] = {}  # equal changes of other groups join
+        for ips, change in groups:
+            found = list(map(self._dormant.get, ips))
+            if None in found:
+                rest.update((ip, change) for ip, d in zip(ips, found) if d is None)
+                ips = [ip for ip in ips if ip in self._dormant]
+                found = [d for d in found if d is not None]
+            if not found:
+                continue
+            classes = set(map(_shared_of, cast("list[Dormant]", found)))
+            if len(classes) == 1:
+                by_class = {classes.pop(): list(ips)}
+            else:  # the classes' own member sets say which of ips each holds
+                wanted = set(ips)
+                by_class = {shared: list(shared.members & wanted) for shared in classes}
+            for shared, members in by_class.items():
+                try:
+                    new = dataclasses.replace(unchecked(shared.record, dst_ip=members[0]), **change.values())
+                except CollapsarError as exc:
+                    raise CollapsarError(f"{self._where()}: {exc}") from None
+                same = made.get((shared, shaping_values(new)))
+                if same is None:
+                    made[(shared, shaping_values(new))] = members
+                    moves.append((new, shared, members))
+                else:
+                    same += members
         if rest:
             super().change_many(rest)
         if moves:
@@ -285,7 +293,7 @@ class ActiveTcTree(TcTree):
         what = f"destination {dst_ip}: {verb} path (filter -> {format_handle(target)})"
         self._socket.submit([self._requests.filter(d.slot, dst_ip, target, what)], then)
 
-    def _move(self, moves: list[tuple[Shaping, list[Dormant]]]) -> None:
+    def _move(self, moves: list[tuple[Shaping, Shared, list[str]]]) -> None:
         """Groups of dormant destinations of one shared class take a new
         record.  A group that is the whole class (a link change: every
         path across it changes alike, and the run groups destinations by
@@ -299,8 +307,7 @@ class ActiveTcTree(TcTree):
         retagged: list[tuple[Shared, tuple, Shaping, LeafParams]] = []
         moved: list[tuple[Dormant, Shared]] = []
         left: set[Shared] = set()
-        for new, members in moves:
-            shared = members[0].shared
+        for new, shared, members in moves:
             key = (shaping_values(new), shared.group)
             if key == shared.key:
                 continue
@@ -310,7 +317,7 @@ class ActiveTcTree(TcTree):
                 continue
             target = self._shared_for(new, shared.group, reqs, made)
             what = f"point filter at shared class {format_handle(target.classid)}"
-            for d in members:
+            for d in map(self._dormant.__getitem__, members):
                 moved.append((d, shared))
                 shared.members.discard(d.ip)
                 target.members.add(d.ip)

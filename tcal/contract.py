@@ -93,6 +93,12 @@ class ShapingTree(Protocol):
         """Change classes in place, in one batch (destination address -> change)."""
         ...
 
+    def change_groups(self, groups: Sequence[tuple[Sequence[str], ShapingChange]]) -> None:
+        """change_many with each change given once for its destinations (a
+        link change: hundreds of destinations, one change): the same effect,
+        without a per-destination mapping to build and read."""
+        ...
+
     def activate(self, dst_ips: Iterable[str]) -> int:
         """The destinations now carry traffic: each gets a class of its own if
         it shares one (collapsar.tcal.active); returns how many did."""

@@ -120,6 +120,10 @@ class TcTree:
             raise CollapsarError(f"{self._where()}: destination {dst_ip}: {exc}") from None
         self.change_many({dst_ip: change})
 
+    def change_groups(self, groups: Sequence[tuple[Sequence[str], ShapingChange]]) -> None:
+        """Each destination here has a class of its own: one change each."""
+        self.change_many({ip: change for ips, change in groups for ip in ips})
+
     def change_many(self, changes: Mapping[str, ShapingChange]) -> None:
         """Apply every change in one batch; destinations whose requests all
         succeed keep their new state, the others go back to the old one.

@@ -64,6 +64,10 @@ class FakeTree:
             self.shapings[ip] = new
         self.calls.append(("change_many", {ip: change.values() for ip, change in changes.items()}))
 
+    def change_groups(self, groups: Sequence[tuple[Sequence[str], ShapingChange]]) -> None:
+        """Recorded as the change_many it amounts to."""
+        self.change_many({ip: change for ips, change in groups for ip in ips})
+
     def change(self, dst_ip: str, **values: object) -> None:
         self.change_many({dst_ip: ShapingChange.of(**values)})
 

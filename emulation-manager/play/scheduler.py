@@ -26,10 +26,11 @@ from collapsar.tcal.prepared import PreparedStep, preload
 SPIN_WINDOW_NS = 2_000_000  # wake this early, then close in on the deadline
 MAX_LEAD_NS = 250_000_000  # the longest a step is prepared ahead (the hold, and so the sharing loop, waits that long)
 LEAD_HISTORY = 8  # steps whose preparation times set the next step's lead
-# A step's weight (Player: 100 per source whose paths it changes, 1 per
-# path) is about its preparation in microseconds on a 2020s host core; the
-# scheduler learns the host's own ratio from the steps it prepares.
-NS_PER_WEIGHT = 1_000
+# A step's weight: Player gives 100 per source whose paths it changes and 1
+# per path.  Until the run's own heavy steps say how long a unit takes on
+# this host, the guess is 2.5 us (a 400-instance run on this 2-core VM, its
+# sharing loop running: 1-2.5 us).
+NS_PER_WEIGHT = 2_500
 MIN_LEARNED_WEIGHT = 1_000  # lighter steps are mostly fixed costs: they teach nothing
 REALTIME_PRIORITY = 10  # SCHED_FIFO, low among real-time tasks: above every normal one
 

@@ -48,16 +48,15 @@ def test_one_change_object_per_transition_however_many_destinations_take_it():
     core = EmulationCore("a", "eth0", "ns-a", ips, FakeTree, Shaping, netem=True, wire_overhead=True)
     core.install({d: path("a", d, delay_us=1000) for d in "bcdef"} | {"f": path("a", "f", delay_us=2000)})
     seen = []
-    change_many = core.tree.change_many
-    core.tree.change_many = lambda changes: seen.append(dict(changes)) or change_many(changes)
+    change_groups = core.tree.change_groups
+    core.tree.change_groups = lambda groups: seen.append(list(groups)) or change_groups(groups)
     core.set_overrides({"e": Override(rate_bps=1_000_000)})
     # b, c, d: 1 ms -> 3 ms (one transition); e too, but under its share; f: 2 ms -> 3 ms
     core.apply({d: path("a", d, delay_us=3000) for d in "bcdef"})
-    changes = seen[-1]
     b, c, d, e, f = (ips[x] for x in "bcdef")
-    assert changes[b] is changes[c] is changes[d]
-    assert changes[b].values() == {"delay_us": 3000} and changes[f].values() == {"delay_us": 3000}
-    assert changes[f] is not changes[b] and changes[e] is not changes[b]
+    groups = {tuple(group): change for group, change in seen[-1]}
+    assert set(groups) == {(b, c, d), (f,), (e,)}  # one group per transition; e (shared) on its own
+    assert groups[(b, c, d)].values() == groups[(f,)].values() == {"delay_us": 3000}
     assert core.tree.shapings[e] == Shaping(e, 1_000_000, delay_us=3000)
     assert {x: core.effective(x)["delay_us"] for x in "bcdef"} == dict.fromkeys("bcdef", 3000)
 

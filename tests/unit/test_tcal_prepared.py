@@ -133,11 +133,11 @@ def test_run_wakes_a_step_by_its_weight():
         [(600_000, "light", lambda: None), (300_000, "heavy", lambda: None)],  # weights go by entry, not time
         prepare_ahead_ns=20_000_000,
         realtime=False,
-        weights=[0, 60_000],  # the heavy one predicted at 60 ms: prepared 120 ms ahead
+        weights=[0, 20_000],  # the heavy one, predicted at 20,000 x NS_PER_WEIGHT: prepared twice that ahead
     )
     scheduler.waits = []
     scheduler.run(0)
-    assert scheduler.waits[0] == 300_000_000 - 120_000_000
+    assert scheduler.waits[0] == 300_000_000 - 2 * 20_000 * NS_PER_WEIGHT
     # the heavy step's preparation (its planned wake to sealed, on the real
     # clock: huge) says how long heavy steps take, not when light ones wake
     assert scheduler.waits[1] == 600_000_000 - 20_000_000
