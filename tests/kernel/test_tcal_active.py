@@ -170,8 +170,8 @@ def test_groups_keep_destinations_that_change_alike_in_a_class_changed_in_place(
     assert tree.shared_classes == {"1:10": 2, "1:11": 2}
     text = filters(pair.src_ns, pair.src_if)
     assert text.count("*flowid 1:10") == 2 and text.count("*flowid 1:11") == 2
-    change = ShapingChange.of(rate_bps=10_000_000)  # the link across: one change object for both
-    tree.change_many({a: change, b: change})
+    change = ShapingChange.of(rate_bps=10_000_000)  # the link across: one change for both
+    tree.change_groups([([a, b], change)])
     got = classes(pair.src_ns, pair.src_if)
     assert tree.shared_classes == {"1:10": 2, "1:11": 2}  # changed in place: no class made, no node moved
     assert (got["1:10"]["rate"], got["1:11"]["rate"]) == ("9843Kbit", "49219Kbit")
@@ -184,3 +184,10 @@ def test_groups_keep_destinations_that_change_alike_in_a_class_changed_in_place(
     sent = {ip: send_udp(pair.src_ns, ip, count=4, payload_bytes=300) for ip in pair.dst_ips}
     delta = _bytes_by_class(pair, before)
     assert delta["1:10"] == sent[a] + sent[b] and delta["1:12"] == sent[c] and delta["1:11"] == sent[d]
+    # One change for a (in 1:10 with b) and d (all of 1:11): split by class, d's
+    # class changes in place, a moves to a class of its record and group.
+    tree.change_groups([([d, a], ShapingChange.of(rate_bps=5_000_000))])
+    assert tree.shared_classes == {"1:10": 1, "1:11": 1, "1:12": 1, "1:13": 1}
+    got = classes(pair.src_ns, pair.src_if)
+    assert (got["1:11"]["rate"], got["1:13"]["rate"], got["1:10"]["rate"]) == ("4921Kbit", "4921Kbit", "9843Kbit")
+    assert tree.shapings[a] == Shaping(a, 5_000_000) and tree.shapings[b] == Shaping(b, 10_000_000)
