@@ -324,9 +324,16 @@ class LocalRun(ManagerRun):
         return stages
 
     def _close_series(self) -> None:
-        if self.series is not None:
-            self.series.events(f.as_dict() for f in self.player.log)
-            self.series.close()
+        if self.series is None:
+            return
+        self.series.events(f.as_dict() for f in self.player.log)
+        clients = {}
+        for instance, start_us in self.started_us.items():
+            records = workload.read_requests(self.rundir.path / workload.TRACE_DIR / f"{instance}.requests.csv")
+            if records is not None:
+                clients[instance] = (start_us, records)
+        self.series.workload(clients)
+        self.series.close()
 
     def torn_down(self, failures: list[str]) -> None:
         """Failures leave the journal unfinished, so `collapsar cleanup` can retry."""

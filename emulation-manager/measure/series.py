@@ -20,11 +20,18 @@ midway keeps what it measured); events.csv is written at the end.
               the sharing loop saw in its last period
   events.csv  index, scheduled_s, applied_s, lateness_us, label, error, adhoc
               one row per timeline step applied
+  workload.csv  t_s, client, sent, ok, err, timeout, p50_ms, p99_ms
+              per wl-client and second, the requests it sent in the second
+              before t_s (from its requests.csv, whose send times count from
+              the client's own start, placed at the time the run started its
+              command: a few ms early at most) and the latency of those that
+              succeeded; written at the end
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO
@@ -33,6 +40,8 @@ SERIES_DIR = "series"
 FLOW_COLUMNS = ("t_s", "src", "dst", "measured_bps", "configured_bps", "share_bps", "congestion_loss", "cut")
 LINK_COLUMNS = ("t_s", "link", "src", "dst", "capacity_bps", "load_bps", "utilisation", "oversubscribed_loss")
 EVENT_COLUMNS = ("index", "scheduled_s", "applied_s", "lateness_us", "label", "error", "adhoc")
+WORKLOAD_COLUMNS = ("t_s", "client", "sent", "ok", "err", "timeout", "p50_ms", "p99_ms")
+STATUSES = {"OK": "ok", "ERR": "err", "TIMEOUT": "timeout"}  # wl-client's statuses -> columns
 EVERY_US = 1_000_000
 
 
@@ -44,6 +53,11 @@ def _cell(value: object) -> object:
     if isinstance(value, float):
         return int(value) if value.is_integer() and abs(value) < 1e15 else f"{value:.6g}"
     return value
+
+
+def _rank(ordered: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of sorted values (a value that occurred)."""
+    return ordered[max(1, math.ceil(fraction * len(ordered))) - 1]
 
 
 class SeriesWriter:
@@ -122,6 +136,29 @@ class SeriesWriter:
                 e.get("adhoc", False),
             )
             writer.writerow([_cell(v) for v in row])
+
+    def workload(self, clients: Mapping[str, tuple[int, Iterable[Mapping[str, str]]]]) -> None:
+        """workload.csv: `clients` instance -> (when its command started, us
+        from t=0; its requests.csv rows).  Rows that do not parse are skipped."""
+        writer = self._table("workload.csv", WORKLOAD_COLUMNS)
+        for client, (start_us, records) in sorted(clients.items()):
+            seconds: dict[int, tuple[dict[str, int], list[float]]] = {}
+            for record in records:
+                try:
+                    send_us, latency_us = float(record["send_us"]), float(record["latency_us"])
+                    column = STATUSES[record["status"]]
+                except (KeyError, TypeError, ValueError):
+                    continue
+                second = int((start_us + send_us) // EVERY_US) + 1  # the second ending at t_s
+                counts, latencies = seconds.setdefault(second, ({"ok": 0, "err": 0, "timeout": 0}, []))
+                counts[column] += 1
+                if column == "ok":
+                    latencies.append(latency_us / 1000)
+            for second, (counts, latencies) in sorted(seconds.items()):
+                ordered = sorted(latencies)
+                p50, p99 = (_rank(ordered, 0.5), _rank(ordered, 0.99)) if ordered else (None, None)
+                row = (second, client, sum(counts.values()), counts["ok"], counts["err"], counts["timeout"], p50, p99)
+                writer.writerow([_cell(v) for v in row])
 
     def close(self) -> None:
         for handle in self._files:

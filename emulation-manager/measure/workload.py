@@ -24,6 +24,8 @@ prints it as one JSON line and runs nothing), never re-parsed here.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import stat
@@ -234,6 +236,26 @@ def describe_chain(launch, names: list[str]) -> tuple[dict | None, str | None]:
     except (IndexError, ValueError) as error:
         return None, f"wl-client --check printed no chain ({error})"
     return chain, None
+
+
+MAX_REQUESTS_BYTES = 64 << 20  # about a million requests' records
+
+
+def read_requests(path) -> list[dict[str, str]] | None:
+    """A client's requests.csv rows (None: not there, not a regular file,
+    or larger than MAX_REQUESTS_BYTES).  Opened as read_summary opens a
+    summary: an instance wrote it, so no symlink is followed, no FIFO waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with open(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = handle.read(MAX_REQUESTS_BYTES + 1)
+    if len(data) > MAX_REQUESTS_BYTES:
+        return None
+    return list(csv.DictReader(io.StringIO(data.decode("utf-8", "replace"))))
 
 
 def read_summary(path) -> tuple[dict | None, str | None]:

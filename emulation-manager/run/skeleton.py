@@ -95,6 +95,7 @@ class ManagerRun:
         self.status: dict[str, str] = dict.fromkeys(self.instances, "absent")
         self.network: dict[str, str] = dict.fromkeys(self.instances, "up")
         self.exit_codes: dict[str, int] = {}
+        self.started_us: dict[str, int] = {}  # instance -> when its command last started (0: at t=0)
         self.stop_reason: str | None = None
         # Held by the timeline thread from a step's preparation until it has
         # fired, by the sharing loop for its changes, by scans and by readers
@@ -158,6 +159,7 @@ class ManagerRun:
     def start_instance(self, instance: str) -> None:
         # Joins start in the step's follow-up (player.apply_plan), after it fired.
         self.status[instance] = "up"
+        self.started_us[instance] = self.now_us()
         self.runtime.start(instance)
 
     def stop_instance(self, instance: str) -> None:

@@ -8,6 +8,7 @@ their own.  The main run happens once per module (about 12 s of timeline)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import time
@@ -139,6 +140,24 @@ def test_a_target_that_leaves_is_answered_err_or_timeout_and_counted(run):
     assert doomed["ok"] + doomed["err"] + doomed["timeout"] == 40
     line = workload_line(run, "doomed")
     assert f"(ok {doomed['ok']}, err {doomed['err']}, timeout {doomed['timeout']})" in line
+
+
+def test_the_workload_series_places_each_second_of_requests_on_the_run_clock(run):
+    with open(run["dir"] / "series" / "workload.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    by = {client: [r for r in rows if r["client"] == client] for client in CLIENTS}
+    doomed = summary_of(run, "doomed")
+    assert sum(int(r["sent"]) for r in by["doomed"]) == 40
+    assert sum(int(r["ok"]) for r in by["doomed"]) == doomed["ok"]
+    # It joins at 5 s and sends 10 a second for 4 s; db leaves at 7 s.
+    assert {int(r["t_s"]) for r in by["doomed"]} <= set(range(6, 11)), by["doomed"]
+    for r in by["doomed"]:
+        if int(r["t_s"]) <= 7:  # sent before db left: answered
+            assert int(r["ok"]) == int(r["sent"]) and float(r["p50_ms"]) < 50, r
+        if int(r["t_s"]) >= 9:  # sent after: none answered
+            assert int(r["ok"]) == 0 and r["p50_ms"] == "", r
+    assert sum(int(r["sent"]) for r in by["chain"]) == sum(int(r["ok"]) for r in by["chain"]) == 20
+    assert {int(r["t_s"]) for r in by["chain"]} <= {2, 3, 4}
 
 
 def test_the_network_share_of_each_chain_is_printed_and_saved(run):

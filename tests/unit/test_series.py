@@ -126,3 +126,57 @@ def test_the_series_never_writes_through_what_is_already_there(run_dir):
     with pytest.raises(FileExistsError):
         SeriesWriter(fd)
     assert os.path.islink(path / "series")
+
+
+def test_workload_per_client_and_second_from_its_requests(run_dir):
+    path, fd = run_dir
+    series = SeriesWriter(fd)
+    records = [  # send_us counts from the client's start, which was at t = 2.5 s
+        {"send_us": "100000", "latency_us": "10000", "status": "OK"},  # t 2.6 s
+        {"send_us": "200000", "latency_us": "30000", "status": "OK"},
+        {"send_us": "300000", "latency_us": "20000", "status": "OK"},
+        {"send_us": "400000", "latency_us": "500000", "status": "TIMEOUT"},
+        {"send_us": "600000", "latency_us": "40000", "status": "OK"},  # t 3.1 s: the next second
+        {"send_us": "700000", "latency_us": "1000", "status": "ERR"},
+        {"send_us": "oops", "latency_us": "1", "status": "OK"},  # not a number: skipped
+        {"send_us": "800000", "latency_us": "1", "status": "LOST"},  # not a status wl-client writes
+    ]
+    series.workload({"client": (2_500_000, records), "idle": (0, [])})
+    series.close()
+    assert _rows(path / "series" / "workload.csv") == [
+        {
+            "t_s": "3",
+            "client": "client",
+            "sent": "4",
+            "ok": "3",
+            "err": "0",
+            "timeout": "1",
+            "p50_ms": "20",
+            "p99_ms": "30",
+        },
+        {
+            "t_s": "4",
+            "client": "client",
+            "sent": "2",
+            "ok": "1",
+            "err": "1",
+            "timeout": "0",
+            "p50_ms": "40",
+            "p99_ms": "40",
+        },
+    ]
+
+
+def test_requests_are_read_only_from_a_regular_file_of_bounded_size(tmp_path, monkeypatch):
+    from collapsar.manager.measure import workload
+
+    good = tmp_path / "c.requests.csv"
+    good.write_text("send_us,latency_us,status\n1,2,OK\n")
+    assert workload.read_requests(good) == [{"send_us": "1", "latency_us": "2", "status": "OK"}]
+    os.symlink(good, tmp_path / "link.requests.csv")
+    assert workload.read_requests(tmp_path / "link.requests.csv") is None  # never followed
+    os.mkfifo(tmp_path / "fifo.requests.csv")
+    assert workload.read_requests(tmp_path / "fifo.requests.csv") is None  # never waited on
+    assert workload.read_requests(tmp_path / "missing.requests.csv") is None
+    monkeypatch.setattr(workload, "MAX_REQUESTS_BYTES", 10)
+    assert workload.read_requests(good) is None  # larger than the bound
