@@ -32,6 +32,7 @@ from pathlib import Path
 from collapsar.manager.status.board import StatusBoard, paths_rows  # noqa: F401 - runs and the dashboard take them from here
 from collapsar.manager.status.control import MAX_BODY_BYTES, ControlHandler, ControlRefused
 from collapsar.manager.status.guard import GuardedHandler, GuardedHTTPServer, Limits
+from collapsar.manager.status.metrics import metrics_text
 from collapsar.manager.status.streams import Streams
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
@@ -56,53 +57,6 @@ PAGE_POLICY = (
     "default-src 'self'; img-src 'self' data:; style-src 'self'; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 )
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def metrics_text(snapshot: dict) -> str:
-    """Prometheus exposition format from one snapshot."""
-    out = ["# HELP collapsar_instance_up 1 if the instance's command is running", "# TYPE collapsar_instance_up gauge"]
-    for inst in snapshot.get("instances", []):
-        out.append(
-            f'collapsar_instance_up{{instance="{_label(inst["name"])}",'
-            f'status="{_label(inst["status"])}"}} {1 if inst["status"] == "up" else 0}'
-        )
-    out += [
-        "# HELP collapsar_sent_bytes_total Bytes sent per destination (eBPF counters)",
-        "# TYPE collapsar_sent_bytes_total counter",
-    ]
-    flows = snapshot.get("throughput", [])
-    for flow in flows:
-        out.append(
-            f'collapsar_sent_bytes_total{{src="{_label(flow["src"])}",dst="{_label(flow["dst"])}"}} {flow["bytes"]}'
-        )
-    out += [
-        "# HELP collapsar_throughput_bps Measured send rate per destination over the last period",
-        "# TYPE collapsar_throughput_bps gauge",
-    ]
-    for flow in flows:
-        out.append(
-            f'collapsar_throughput_bps{{src="{_label(flow["src"])}",dst="{_label(flow["dst"])}"}} {flow["rate_bps"]}'
-        )
-    events = snapshot.get("events", {})
-    out += [
-        "# HELP collapsar_events_applied Timeline steps applied so far",
-        "# TYPE collapsar_events_applied gauge",
-        f"collapsar_events_applied {len(events.get('applied', []))}",
-        "# HELP collapsar_events_pending Timeline steps still to come",
-        "# TYPE collapsar_events_pending gauge",
-        f"collapsar_events_pending {events.get('pending', 0)}",
-        "# HELP collapsar_event_lateness_max_us Largest lateness of an applied step",
-        "# TYPE collapsar_event_lateness_max_us gauge",
-        f"collapsar_event_lateness_max_us {max((e['lateness_us'] for e in events.get('applied', [])), default=0)}",
-        "# HELP collapsar_experiment_time_us Time since t=0 of the experiment",
-        "# TYPE collapsar_experiment_time_us gauge",
-        f"collapsar_experiment_time_us {snapshot.get('t_us', 0)}",
-    ]
-    return "\n".join(out) + "\n"
 
 
 class _Handler(GuardedHandler):

@@ -84,7 +84,7 @@ class LiveView:
                     load[link_id] = load.get(link_id, 0) + rate
         links = []
         for static in self._links:
-            entry = {key: static[key] for key in ("id", "present", "degraded")}
+            entry = {key: static[key] for key in ("id", "a", "b", "present", "degraded")}
             for direction in ("up", "down"):
                 side = static.get(direction)
                 if side is None:
@@ -120,7 +120,7 @@ def _static_links(state) -> list[dict]:
     active = cond.link_active()
     out = []
     for index, spec in enumerate(graph.specs):
-        entry: dict = {"id": index, "present": False, "degraded": False}
+        entry: dict = {"id": index, "a": spec.a, "b": spec.b, "present": False, "degraded": False}
         for direction, written in (("up", spec.up), ("down", spec.down)):
             ids = [link.id for link in graph.links_of_spec[index] if link.direction == direction]
             if not ids:

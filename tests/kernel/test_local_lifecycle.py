@@ -82,6 +82,13 @@ def test_second_run_fails_status_api_serves_and_sigterm_tears_down(tmp_path):
         metrics = get_json(port, "/metrics")
         assert 'collapsar_instance_up{instance="client",status="up"} 1' in metrics
         assert "collapsar_events_pending 0" in metrics
+        # The flow as Prometheus sees it: its path's rate, and a measured rate near it
+        samples = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if not line.startswith("#"))
+        pair = '{src="client",dst="server"}'
+        assert samples[f"collapsar_flow_configured_bits_per_second{pair}"] == "10000000"
+        assert samples[f"collapsar_flow_cut{pair}"] == "0"
+        assert 7e6 < float(samples[f"collapsar_flow_rate_bits_per_second{pair}"]) < 12e6
+        assert float(samples[f"collapsar_flow_share_bits_per_second{pair}"]) == 10_000_000  # alone on its path
         first.proc.send_signal(signal.SIGTERM)
         code, lines, stderr = first.finish(60)
     finally:

@@ -62,6 +62,82 @@ def test_metrics_text():
     assert "collapsar_events_pending 4" in text and "collapsar_event_lateness_max_us 2" in text
 
 
+LIVE = {
+    **SNAPSHOT,
+    "source": 'topo "x".yaml',
+    "mode": "local",
+    "flows": [{"src": "client", "dst": "server", "rate_bps": 8000, "configured_bps": 20_000_000, "cut": False}],
+    "sharing": {
+        "enabled": True,
+        "flows": [
+            {
+                "src": "client",
+                "dst": "server",
+                "local": True,
+                "allowed_bps": 10_000_000,
+                "congestion_loss_ratio": 0.015,
+            },
+            {"src": "sender 7", "dst": "x", "local": False, "allowed_bps": None, "congestion_loss_ratio": 0.0},
+        ],
+    },
+    "links": [
+        {
+            "id": 0,
+            "a": "client",
+            "b": "sw",
+            "present": True,
+            "degraded": False,
+            "up": {"rate_bps": 20_000_000, "load_bps": 8000, "utilisation": 0.0004},
+            "down": {"rate_bps": None, "load_bps": 0, "utilisation": None},
+        }
+    ],
+    "events": {
+        "applied": [{"lateness_us": 80}, {"lateness_us": 900}, {"lateness_us": 3_000}, {"lateness_us": 2_000_000}],
+        "pending": 1,
+    },
+}
+
+
+def test_metrics_name_every_figure_a_run_shows_live():
+    lines = metrics_text(LIVE).splitlines()
+    samples = [line for line in lines if not line.startswith("#")]
+    pair = '{src="client",dst="server"}'
+    up = '{link="0",a="client",b="sw",direction="up"}'
+    for expected in (
+        'collapsar_run_info{run_id="a1b2c3",source="topo \\"x\\".yaml",mode="local",state="running"} 1',
+        "collapsar_experiment_time_seconds 1.5",
+        f"collapsar_flow_rate_bits_per_second{pair} 8000",
+        f"collapsar_flow_configured_bits_per_second{pair} 20000000",
+        f"collapsar_flow_cut{pair} 0",
+        f"collapsar_flow_share_bits_per_second{pair} 10000000",
+        f"collapsar_flow_congestion_loss_ratio{pair} 0.015",
+        f"collapsar_link_load_bits_per_second{up} 8000",
+        f"collapsar_link_capacity_bits_per_second{up} 20000000",
+        f"collapsar_link_utilisation_ratio{up} 0.0004",
+        'collapsar_link_load_bits_per_second{link="0",a="client",b="sw",direction="down"} 0',
+        "collapsar_events_applied 4",
+        'collapsar_event_lateness_seconds_bucket{le="0.0001"} 1',
+        'collapsar_event_lateness_seconds_bucket{le="0.001"} 2',
+        'collapsar_event_lateness_seconds_bucket{le="0.005"} 3',
+        'collapsar_event_lateness_seconds_bucket{le="1"} 3',
+        'collapsar_event_lateness_seconds_bucket{le="+Inf"} 4',
+        "collapsar_event_lateness_seconds_sum 2.00398",
+        "collapsar_event_lateness_seconds_count 4",
+    ):
+        assert expected in samples, expected
+    # an unlimited direction has no capacity or utilisation sample; a remote
+    # flow (another host's) no share of ours
+    assert not any('direction="down"' in line and "capacity" in line for line in samples)
+    assert not any('src="sender 7"' in line for line in samples)
+    # every family has its HELP and TYPE once, before its samples
+    families = [line.split()[2] for line in lines if line.startswith("# TYPE")]
+    assert len(families) == len(set(families))
+    for line in samples:
+        name = line.split("{")[0].split(" ")[0]
+        base = name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+        assert name in families or base in families, line
+
+
 def test_stream_sends_current_then_each_new_snapshot(server):
     board, srv = server
     reply = urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/stream", timeout=5)
