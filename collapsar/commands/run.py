@@ -86,6 +86,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "jitter and loss next to the configured ones (probe.json)",
     )
     parser.add_argument(
+        "--probe-every",
+        metavar="INTERVAL",
+        help="From t=0 to the end, ping the probed pairs (as --probe) every INTERVAL (e.g. 200ms; 10ms to 60s) "
+        "and write their RTT per second to series/rtt.csv; one ping process per pair, off by default",
+    )
+    parser.add_argument(
         "--wait-start",
         action="store_true",
         help="Set up the network and t=0 shaping, then wait for POST /control/start "
@@ -113,12 +119,33 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
 
 
+PROBE_EVERY_US = (10_000, 60_000_000)  # the interval --probe-every takes
+
+
+def _probe_every_us(text: str | None) -> int:
+    """--probe-every's interval in us (0: off), or one line saying what it takes."""
+    from collapsar.errors import CollapsarError
+    from collapsar.units import parse_duration_us
+
+    if text is None:
+        return 0
+    try:
+        us = parse_duration_us(text)
+    except CollapsarError as error:
+        raise CollapsarError(f"--probe-every {text}: {error}") from None
+    low, high = PROBE_EVERY_US
+    if not low <= us <= high:
+        raise CollapsarError(f"--probe-every {text}: expected an interval from 10ms to 60s")
+    return us
+
+
 def run(args: argparse.Namespace) -> int:
     from collapsar.errors import CollapsarError
 
     shared = run_options(args)  # checked before anything else
     if not 0 <= args.probe <= 10_000:
         raise CollapsarError(f"--probe {args.probe}: expected a number of pings from 0 to 10000")
+    probe_every_us = _probe_every_us(args.probe_every)
     from collapsar.manager.programs import require_programs
     from collapsar.parser import parse_file
     from collapsar.timeline import build_timeline
@@ -150,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
         subnet=args.subnet,
         run_base=Path(args.run_dir).resolve() if args.run_dir else None,
         probe_count=args.probe,
+        probe_every_us=probe_every_us,
         wait_start=args.wait_start,
         dashboard=_dashboard_assets(args),
         keep_awake=args.keep_awake,
@@ -197,6 +225,7 @@ def _run_in_vm(args: argparse.Namespace) -> int:
         args.grace,
         "--probe",
         str(args.probe),
+        *(["--probe-every", args.probe_every] if args.probe_every else []),
         "--keep-awake",
         args.keep_awake,
         "--tree",

@@ -36,13 +36,17 @@ def write_plan(run) -> None:
     )
 
 
+def pairs_at(run, instances) -> list[tuple[str, str]]:
+    """The pairs a probe measures among these instances (measure/probe.py)."""
+    by_service: dict[str, list[str]] = {}
+    for instance in instances:
+        by_service.setdefault(service_of(run.experiment, instance), []).append(instance)
+    return probe.pairs_to_probe(by_service)
+
+
 def probe_pairs(run) -> None:
     """RTT, jitter and loss per pair at t=0, before any command runs (measure/probe.py)."""
-    first = run.timeline.steps[0].state
-    by_service: dict[str, list[str]] = {}
-    for instance in first.instances:
-        by_service.setdefault(service_of(run.experiment, instance), []).append(instance)
-    pairs = probe.pairs_to_probe(by_service)
+    pairs = pairs_at(run, run.timeline.steps[0].state.instances)
     run.say(f"probing {len(pairs)} pairs with {run.options.probe_count} pings each")
     nets = run.plan.by_instance()
     measured = probe.probe(pairs, {n: nets[n].netns for n in nets}, run.plan.ip_of(), run.options.probe_count)

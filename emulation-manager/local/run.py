@@ -26,17 +26,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from collapsar.errors import EnvironmentProblem, RunError
+from collapsar.errors import CollapsarError, EnvironmentProblem, RunError
 from collapsar.manager.addressing import NetworkPlan, new_run_id, plan_network
 from collapsar.manager.core import EmulationCore, real_tcal
 from collapsar.manager.experiment import all_instances, launches, paths_from
 from collapsar.manager.local import outputs, teardown
 from collapsar.manager.local.cleanup import plan_cleanup
 from collapsar.manager.local.netns import HostNetwork
-from collapsar.manager.local.rundir import RunDir, RunLock, is_stale, list_runs, read_journal, state_dir
+from collapsar.manager.local.rundir import (
+    RunDir,
+    RunLock,
+    is_stale,
+    list_runs,
+    process_start_time,
+    read_journal,
+    state_dir,
+)
 from collapsar.manager.local.runtime import NamespaceRuntime
 from collapsar.manager.local.supervisor import Launch, Supervisor
 from collapsar.manager.measure import workload
+from collapsar.manager.measure.liveprobe import LiveProbe
 from collapsar.manager.measure.series import SeriesWriter
 from collapsar.manager.measure.throughput import Meter
 from collapsar.manager.run.awake import KeepAwake
@@ -59,6 +68,7 @@ class LocalOptions(RunOptions):
     dashboard: Path | None = None  # built web page to serve at /dashboard/
     source_text: str | None = None  # the topology as parsed (ad-hoc changes re-parse it)
     probe_count: int = 0  # pings per pair before t=0 (0: no probe)
+    probe_every_us: int = 0  # the live probe's interval from t=0 on (0: none; measure/liveprobe.py)
     keep_awake: str = "auto"  # busy idle-priority process per CPU: on, off, auto (on a VM; run/awake.py)
     tree: str = "auto"  # each instance's tc tree: full, active, auto (run/options.py ACTIVE_TREE_FROM)
 
@@ -81,6 +91,7 @@ class LocalRun(ManagerRun):
         self.start_requested = threading.Event()
         self.rundir: RunDir
         self.host_net: HostNetwork | None = None
+        self.live_probe: LiveProbe | None = None  # --probe-every, from t=0
 
     @property
     def supervisor(self) -> Supervisor | None:
@@ -273,7 +284,34 @@ class LocalRun(ManagerRun):
         # with the event log (whose times are relative to t=0).
         t0_unix = time.time() - (time.monotonic_ns() - t0_ns) / 1e9
         self.rundir.write_file("t0", f"{t0_unix:.6f}\n")
+        if self.options.probe_every_us:
+            self._start_live_probe(t0_unix)
         return t0_ns
+
+    def _start_live_probe(self, t0_unix: float) -> None:
+        """One ping per probed pair from t=0 (measure/liveprobe.py), each
+        journaled as a process of its source's namespace: cleanup kills it."""
+        pairs = outputs.pairs_at(self, self.instances)  # those that join later too: cut until then
+        nets = self.plan.by_instance()
+        journal = self.rundir.journal
+
+        def started(src: str, pid: int) -> None:
+            journal.record("process", instance=src, pid=pid, start_time=process_start_time(pid))
+
+        self.live_probe = LiveProbe(
+            pairs, {n: nets[n].netns for n in nets}, self.plan.ip_of(), self.options.probe_every_us / 1e6, started
+        )
+        self.live_probe.start(t0_unix)
+        self.say(f"probing {len(pairs)} pairs every {self.options.probe_every_us / 1000:g} ms (series/rtt.csv)")
+
+    def _configured_rtt_ms(self, second: int, src: str, dst: str) -> float | None:
+        """The RTT both paths of a pair configured in the middle of a second."""
+        state = self.timeline.state_at(max(0, second * 1_000_000 - 500_000))
+        try:
+            there, back = state.path(src, dst), state.path(dst, src)
+        except CollapsarError:
+            return None
+        return None if there is None or back is None else (there.delay_us + back.delay_us) / 1000
 
     # ---- the loop ----------------------------------------------------------------
 
@@ -304,6 +342,7 @@ class LocalRun(ManagerRun):
         stages: list[tuple[str, Callable[[], object]]] = [
             self.timeline_stage(),
             ("stop the commands", stop_commands),
+            ("stop the live probe", self._stop_live_probe),
             ("report the flows", lambda: outputs.report_flows(self)),
             *self.closing_stages(),
         ]
@@ -323,10 +362,16 @@ class LocalRun(ManagerRun):
         ]
         return stages
 
+    def _stop_live_probe(self) -> None:
+        if self.live_probe is not None:
+            self.live_probe.stop()
+
     def _close_series(self) -> None:
         if self.series is None:
             return
         self.series.events(f.as_dict() for f in self.player.log)
+        if self.live_probe is not None:
+            self.series.rtt(self.live_probe.rows(self._configured_rtt_ms))
         clients = {}
         for instance, start_us in self.started_us.items():
             records = workload.read_requests(self.rundir.path / workload.TRACE_DIR / f"{instance}.requests.csv")

@@ -20,6 +20,11 @@ midway keeps what it measured); events.csv is written at the end.
               the sharing loop saw in its last period
   events.csv  index, scheduled_s, applied_s, lateness_us, label, error, adhoc
               one row per timeline step applied
+  rtt.csv     t_s, src, dst, sent, received, rtt_min_ms, rtt_median_ms,
+              rtt_max_ms, configured_rtt_ms
+              with --probe-every (measure/liveprobe.py): per probed pair and
+              second, its echoes and their RTT, next to the RTT its paths
+              both ways configured then; written at the end
   workload.csv  t_s, client, sent, ok, err, timeout, p50_ms, p99_ms
               per wl-client and second, the requests it sent in the second
               before t_s (from its requests.csv, whose send times count from
@@ -40,6 +45,17 @@ SERIES_DIR = "series"
 FLOW_COLUMNS = ("t_s", "src", "dst", "measured_bps", "configured_bps", "share_bps", "congestion_loss", "cut")
 LINK_COLUMNS = ("t_s", "link", "src", "dst", "capacity_bps", "load_bps", "utilisation", "oversubscribed_loss")
 EVENT_COLUMNS = ("index", "scheduled_s", "applied_s", "lateness_us", "label", "error", "adhoc")
+RTT_COLUMNS = (
+    "t_s",
+    "src",
+    "dst",
+    "sent",
+    "received",
+    "rtt_min_ms",
+    "rtt_median_ms",
+    "rtt_max_ms",
+    "configured_rtt_ms",
+)
 WORKLOAD_COLUMNS = ("t_s", "client", "sent", "ok", "err", "timeout", "p50_ms", "p99_ms")
 STATUSES = {"OK": "ok", "ERR": "err", "TIMEOUT": "timeout"}  # wl-client's statuses -> columns
 EVERY_US = 1_000_000
@@ -135,6 +151,12 @@ class SeriesWriter:
                 e["error"],
                 e.get("adhoc", False),
             )
+            writer.writerow([_cell(v) for v in row])
+
+    def rtt(self, rows: Iterable[tuple]) -> None:
+        """rtt.csv: LiveProbe.rows(), in RTT_COLUMNS order."""
+        writer = self._table("rtt.csv", RTT_COLUMNS)
+        for row in rows:
             writer.writerow([_cell(v) for v in row])
 
     def workload(self, clients: Mapping[str, tuple[int, Iterable[Mapping[str, str]]]]) -> None:

@@ -180,3 +180,26 @@ def test_requests_are_read_only_from_a_regular_file_of_bounded_size(tmp_path, mo
     assert workload.read_requests(tmp_path / "missing.requests.csv") is None
     monkeypatch.setattr(workload, "MAX_REQUESTS_BYTES", 10)
     assert workload.read_requests(good) is None  # larger than the bound
+
+
+def test_live_probe_rows_count_each_whole_second_of_every_pair():
+    from collapsar.manager.measure.liveprobe import LiveProbe
+
+    probe = LiveProbe([("a", "b"), ("b", "a")], {}, {}, interval_s=0.25)
+    probe.t0_unix_s = 1000.0
+    for line in (
+        "PING 10.0.0.3 (10.0.0.3) 56(84) bytes of data.",  # not an echo: ignored
+        "[1000.100000] 64 bytes from 10.0.0.3: icmp_seq=1 ttl=64 time=20.5 ms",
+        "[1000.350000] 64 bytes from 10.0.0.3: icmp_seq=2 ttl=64 time=30.5 ms",
+        "[1000.600000] 64 bytes from 10.0.0.3: icmp_seq=3 ttl=64 time=25.0 ms",
+        "[1001.100000] 64 bytes from 10.0.0.3: icmp_seq=5 ttl=64 time=40.0 ms",
+    ):
+        probe.take(("a", "b"), line)
+    probe.stop(now_unix_s=1002.7)  # no pings started: only the end of the last whole second
+    rtt = lambda second, src, dst: 50.0 if second == 1 else None  # noqa: E731
+    assert probe.rows(rtt) == [
+        (1, "a", "b", 4, 3, 20.5, 25.0, 30.5, 50.0),
+        (1, "b", "a", 4, 0, None, None, None, 50.0),
+        (2, "a", "b", 4, 1, 40.0, 40.0, 40.0, None),
+        (2, "b", "a", 4, 0, None, None, None, None),
+    ]
