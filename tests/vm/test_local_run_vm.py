@@ -21,6 +21,7 @@ are held to the same figures.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
@@ -82,6 +83,8 @@ def run(request, tmp_path_factory):
             "12s",
             "--probe",
             str(PROBE_PINGS),
+            "--probe-every",
+            "250ms",
             "--run-dir",
             str(tmp / "runs"),
             "--subnet",
@@ -202,6 +205,27 @@ def test_a_set_event_moves_the_rtt_mid_run(run, record_property):
     # a -> b: 5 + 10 ms each way, then 30 + 10 ms each way.
     assert 30.0 <= median_before <= 30.0 + EXCESS_MS
     assert 80.0 <= median_after <= 80.0 + EXCESS_MS
+
+
+def test_the_live_probe_follows_the_set_event(run, record_property):
+    """--probe-every's series/rtt.csv: per second the RTT it measured next
+    to the configured one, which the set event at 4 s moves."""
+    with open(run["dir"] / "series" / "rtt.csv", newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["rtt_median_ms"]]
+    # (configured RTT before and after, the RTT's own spread: c's link has 4 ms of jitter each way)
+    for (src, dst), (before_ms, after_ms, spread) in {("a", "b"): (30, 80, 0.0), ("a", "c"): (50, 100, 5.7)}.items():
+        mine = {int(r["t_s"]): r for r in rows if (r["src"], r["dst"]) == (src, dst)}
+        early, late = [s for s in (1, 2, 3) if s in mine], [s for s in range(6, 12) if s in mine]
+        assert len(early) >= 2 and len(late) >= 4, sorted(mine)
+        assert {float(mine[s]["configured_rtt_ms"]) for s in early} == {before_ms}, mine
+        assert {float(mine[s]["configured_rtt_ms"]) for s in late} == {after_ms}, mine
+        # the median of each second's median (4 echoes a second: a jittered one varies)
+        before = statistics.median(float(mine[s]["rtt_median_ms"]) for s in early)
+        after = statistics.median(float(mine[s]["rtt_median_ms"]) for s in late)
+        record_property(f"live_{src}{dst}_before_ms", f"{before:.2f}")
+        record_property(f"live_{src}{dst}_after_ms", f"{after:.2f}")
+        assert before_ms - spread <= before <= before_ms + EXCESS_MS + spread, (src, dst, before)
+        assert after_ms - spread <= after <= after_ms + EXCESS_MS + spread, (src, dst, after)
 
 
 def test_the_run_leaves_no_namespace_behind(run):
