@@ -116,6 +116,7 @@ class LiveProbe:
             if proc.stdout is not None:
                 proc.stdout.close()
         self._procs.clear()
+        self._selector.close()
 
     def rows(self, configured_rtt_ms: Callable[[int, str, str], float | None]) -> list[tuple]:
         """Per whole second from t=0 to stop() and pair: (t_s, src, dst,

@@ -14,10 +14,12 @@ midway keeps what it measured); events.csv is written at the end.
               (the path's, or the share the sharing loop narrowed it to),
               the loss the sharing loop charged it for an oversubscribed
               link, and 1 if the path was cut
-  links.csv   t_s, link, src, dst, capacity_bps, load_bps, utilisation,
-              oversubscribed_loss
-              one row per link that carried a flow (with sharing on): what
-              the sharing loop saw in its last period
+  links.csv   t_s, link, a, b, direction, capacity_bps, load_bps, utilisation
+              one row per link and direction that carried a flow in the
+              second before t_s: the link as written (its index in
+              /topology, its ends, "up" for a -> b), its rate then, and the
+              load of its busiest instance-level link from the measured
+              rates (status/topoview.py), with or without sharing
   events.csv  index, scheduled_s, applied_s, lateness_us, label, error, adhoc
               one row per timeline step applied
   rtt.csv     t_s, src, dst, sent, received, rtt_min_ms, rtt_median_ms,
@@ -43,7 +45,7 @@ from typing import IO
 
 SERIES_DIR = "series"
 FLOW_COLUMNS = ("t_s", "src", "dst", "measured_bps", "configured_bps", "share_bps", "congestion_loss", "cut")
-LINK_COLUMNS = ("t_s", "link", "src", "dst", "capacity_bps", "load_bps", "utilisation", "oversubscribed_loss")
+LINK_COLUMNS = ("t_s", "link", "a", "b", "direction", "capacity_bps", "load_bps", "utilisation")
 EVENT_COLUMNS = ("index", "scheduled_s", "applied_s", "lateness_us", "label", "error", "adhoc")
 RTT_COLUMNS = (
     "t_s",
@@ -110,10 +112,12 @@ class SeriesWriter:
         configured: Callable[[str, str], tuple[int | None, bool]],
         allowed: Callable[[str, str], int | None],
         sharing: Mapping | None,
+        links: Iterable[Mapping] = (),
     ) -> None:
         """One second's rows: `rates` (src, dst) -> bits per second over the
         last second (the meter's window), `configured` and `allowed` as the
-        meter follows them, `sharing` the sharing loop's status (None: off)."""
+        meter follows them, `sharing` the sharing loop's status (None: off),
+        `links` the live view's links (status/topoview.py LiveView)."""
         t_s = round(now_us / 1e6, 3)
         loss = {(f["src"], f["dst"]): f["congestion_loss_ratio"] for f in (sharing or {}).get("flows", ())}
         for (src, dst), rate in sorted(rates.items()):
@@ -122,18 +126,14 @@ class SeriesWriter:
             path_bps, cut = configured(src, dst)
             row = (t_s, src, dst, rate, path_bps, None if cut else allowed(src, dst), loss.get((src, dst), 0.0), cut)
             self._flows.writerow([_cell(v) for v in row])
-        for link in (sharing or {}).get("links", ()):
-            row = (
-                t_s,
-                link["id"],
-                link["src"],
-                link["dst"],
-                link["capacity_bps"],
-                link["load_bps"],
-                link["utilisation"],
-                link["oversubscribed_loss_ratio"],
-            )
-            self._links.writerow([_cell(v) for v in row])
+        for link in links:
+            for direction in ("up", "down"):
+                side = link.get(direction)
+                if not side or not side["load_bps"]:
+                    continue
+                cells: list[object] = [t_s, link["id"], link["a"], link["b"], direction]
+                cells += [side["rate_bps"], side["load_bps"], side["utilisation"]]
+                self._links.writerow([_cell(v) for v in cells])
         for handle in self._files:
             handle.flush()
         self.next_us = (now_us // EVERY_US + 1) * EVERY_US

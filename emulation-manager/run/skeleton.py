@@ -245,13 +245,7 @@ class ManagerRun:
                 if self.sharing is not None:
                     self.share(now_us)
                 if self.series is not None and self.t0_ns is not None and self.series.due(now_us):
-                    self.series.second(
-                        now_us,
-                        self.meter.rates_now() if self.meter is not None else {},
-                        self.configured_rate,
-                        self.allowed_rate,
-                        self.sharing.status() if self.sharing is not None else None,
-                    )
+                    self.write_series(now_us)
                 if self.server is not None:  # the snapshot's only reader (--status-port -1: none)
                     self.board.publish(self.snapshot(now_us))
                 if self.options.duration_us is not None and now_us >= self.options.duration_us:
@@ -267,6 +261,15 @@ class ManagerRun:
         finally:
             watch.close()
         self.say(f"stopping: {self.stop_reason}")
+
+    def write_series(self, now_us: int) -> None:
+        """One second's rows of the run's series (measure/series.py)."""
+        assert self.series is not None
+        rates = self.meter.rates_now() if self.meter is not None else {}
+        flows = [{"src": src, "dst": dst, "rate_bps": rate} for (src, dst), rate in rates.items()]
+        view = self.live_view(self.timeline.state_at(max(0, now_us)), flows)
+        sharing = self.sharing.status() if self.sharing is not None else None
+        self.series.second(now_us, rates, self.configured_rate, self.allowed_rate, sharing, view["links"])
 
     def activate_flows(self, pairs: list[tuple[str, str]]) -> None:
         """Flows the meter saw for the first time get classes of their own

@@ -94,3 +94,8 @@ def test_the_other_series_exist_with_their_headers(run):
     assert {(r["src"], r["dst"]) for r in flows} <= {(s, d) for s in "abc" for d in "abc" if s != d}
     assert all(r["cut"] == "1" for r in flows if r["src"] == "c" and float(r["t_s"]) < 1.5)
     assert run["tables"]["workload"] == []  # no wl-client in this run
+    # the echoes load each link both ways: the series names them as /topology does
+    links = run["tables"]["links"]
+    assert {(r["link"], r["a"], r["b"]) for r in links} == {("0", "a", "sw"), ("1", "b", "sw"), ("2", "c", "sw")}
+    assert {r["direction"] for r in links} == {"up", "down"}
+    assert all(r["capacity_bps"] == "100000000" and 0 < int(r["load_bps"]) < 100_000 for r in links)

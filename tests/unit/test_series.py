@@ -7,20 +7,17 @@ import pytest
 
 from collapsar.manager.measure.series import SeriesWriter
 
-SHARING = {
-    "flows": [{"src": "a", "dst": "b", "congestion_loss_ratio": 0.02}],
-    "links": [
-        {
-            "id": 3,
-            "src": "a",
-            "dst": "s",
-            "capacity_bps": 20_000_000,
-            "load_bps": 25_000_000,
-            "utilisation": 1.25,
-            "oversubscribed_loss_ratio": 0.2,
-        }
-    ],
-}
+SHARING = {"flows": [{"src": "a", "dst": "b", "congestion_loss_ratio": 0.02}]}
+LINKS = [  # the live view's (status/topoview.py): per link, each direction's rate and load
+    {
+        "id": 3,
+        "a": "a",
+        "b": "s",
+        "up": {"rate_bps": 20_000_000, "load_bps": 25_000_000, "utilisation": 1.25},
+        "down": {"rate_bps": None, "load_bps": 0, "utilisation": None},  # no load: no row
+    },
+    {"id": 4, "a": "s", "b": "b", "up": {"rate_bps": None, "load_bps": 9_000, "utilisation": None}},
+]
 
 
 def _rows(path):
@@ -46,6 +43,7 @@ def test_one_row_per_sending_pair_and_link_each_second(run_dir):
         configured=lambda src, dst: (20_000_000, False) if dst == "b" else (None, True),
         allowed=lambda src, dst: 10_000_000,
         sharing=SHARING,
+        links=LINKS,
     )
     assert series.next_us == 2_000_000 and not series.due(1_999_999)
     series.second(2_050_000, {("a", "b"): 9_000_000}, lambda s, d: (20_000_000, False), lambda s, d: None, None)
@@ -98,13 +96,23 @@ def test_one_row_per_sending_pair_and_link_each_second(run_dir):
         {
             "t_s": "1.02",
             "link": "3",
-            "src": "a",
-            "dst": "s",
+            "a": "a",
+            "b": "s",
+            "direction": "up",
             "capacity_bps": "20000000",
             "load_bps": "25000000",
             "utilisation": "1.25",
-            "oversubscribed_loss": "0.2",
-        }
+        },
+        {  # an unlimited link: no capacity, no utilisation
+            "t_s": "1.02",
+            "link": "4",
+            "a": "s",
+            "b": "b",
+            "direction": "up",
+            "capacity_bps": "",
+            "load_bps": "9000",
+            "utilisation": "",
+        },
     ]
     assert _rows(path / "series" / "events.csv") == [
         {
