@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import cast
 
 from collapsar.errors import CollapsarError
-from collapsar.model import SHAPING_FIELDS, LinkProps, Path, shaping_values
+from collapsar.model import LinkProps, Path, shaping_values
 from collapsar.tcal.contract import ShapingChange, ShapingTree, TreeFactory
 from collapsar.tcal.plan import Shaping
 
@@ -157,7 +157,7 @@ class EmulationCore:
         values = shaping_values(path)
         record = self._records.get(values)
         if record is None:
-            record = self._records[values] = LinkProps(**dict(zip(SHAPING_FIELDS, values)))
+            record = self._records[values] = path.props
         return record
 
     def _change(self, dst: str, path: Path) -> ShapingChange:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from collapsar.errors import CollapsarError, EnvironmentProblem, RunError
+from collapsar.errors import EnvironmentProblem, RunError
 from collapsar.manager.addressing import NetworkPlan, new_run_id, plan_network
 from collapsar.manager.core import EmulationCore, real_tcal
 from collapsar.manager.experiment import all_instances, launches, paths_from
@@ -307,11 +307,8 @@ class LocalRun(ManagerRun):
     def _configured_rtt_ms(self, second: int, src: str, dst: str) -> float | None:
         """The RTT both paths of a pair configured in the middle of a second."""
         state = self.timeline.state_at(max(0, second * 1_000_000 - 500_000))
-        try:
-            there, back = state.path(src, dst), state.path(dst, src)
-        except CollapsarError:
-            return None
-        return None if there is None or back is None else (there.delay_us + back.delay_us) / 1000
+        rtt_us = workload.rtt_in(state, {name: name for name in self.instances})(src, dst)
+        return None if rtt_us is None else rtt_us / 1000
 
     # ---- the loop ----------------------------------------------------------------
 

@@ -38,10 +38,11 @@ midway keeps what it measured); events.csv is written at the end.
 from __future__ import annotations
 
 import csv
-import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO
+
+from collapsar.manager.play.scheduler import percentile
 
 SERIES_DIR = "series"
 FLOW_COLUMNS = ("t_s", "src", "dst", "measured_bps", "configured_bps", "share_bps", "congestion_loss", "cut")
@@ -71,11 +72,6 @@ def _cell(value: object) -> object:
     if isinstance(value, float):
         return int(value) if value.is_integer() and abs(value) < 1e15 else f"{value:.6g}"
     return value
-
-
-def _rank(ordered: list[float], fraction: float) -> float:
-    """Nearest-rank percentile of sorted values (a value that occurred)."""
-    return ordered[max(1, math.ceil(fraction * len(ordered))) - 1]
 
 
 class SeriesWriter:
@@ -177,8 +173,7 @@ class SeriesWriter:
                 if column == "ok":
                     latencies.append(latency_us / 1000)
             for second, (counts, latencies) in sorted(seconds.items()):
-                ordered = sorted(latencies)
-                p50, p99 = (_rank(ordered, 0.5), _rank(ordered, 0.99)) if ordered else (None, None)
+                p50, p99 = (percentile(latencies, 0.5), percentile(latencies, 0.99)) if latencies else (None, None)
                 row = (second, client, sum(counts.values()), counts["ok"], counts["err"], counts["timeout"], p50, p99)
                 writer.writerow([_cell(v) for v in row])
 

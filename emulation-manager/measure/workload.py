@@ -241,37 +241,36 @@ def describe_chain(launch, names: list[str]) -> tuple[dict | None, str | None]:
 MAX_REQUESTS_BYTES = 64 << 20  # about a million requests' records
 
 
-def read_requests(path) -> list[dict[str, str]] | None:
-    """A client's requests.csv rows (None: not there, not a regular file,
-    or larger than MAX_REQUESTS_BYTES).  Opened as read_summary opens a
-    summary: an instance wrote it, so no symlink is followed, no FIFO waited on."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with open(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = handle.read(MAX_REQUESTS_BYTES + 1)
-    if len(data) > MAX_REQUESTS_BYTES:
-        return None
-    return list(csv.DictReader(io.StringIO(data.decode("utf-8", "replace"))))
-
-
-def read_summary(path) -> tuple[dict | None, str | None]:
-    """A client's summary.json: a regular file (never a symlink followed or
-    a FIFO waited on), read up to 1 MiB."""
+def _read_written(path, limit: int) -> tuple[bytes | None, str | None]:
+    """A file an instance wrote in the trace directory: a regular file
+    (never a symlink followed or a FIFO waited on), read up to `limit`
+    bytes and one more, so that the caller sees when it is larger."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None, f"{TRACE_DIR}/{path.name} was not written"
     except OSError as error:
         return None, f"{TRACE_DIR}/{path.name}: {error.strerror}"
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None, f"{TRACE_DIR}/{path.name} is not a regular file"
     with open(fd, "rb") as handle:
-        data = handle.read(_MAX_SUMMARY_BYTES + 1)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, f"{TRACE_DIR}/{path.name} is not a regular file"
+        return handle.read(limit + 1), None
+
+
+def read_requests(path) -> list[dict[str, str]] | None:
+    """A client's requests.csv rows (None: not there, not a regular file,
+    or larger than MAX_REQUESTS_BYTES)."""
+    data, _ = _read_written(path, MAX_REQUESTS_BYTES)
+    if data is None or len(data) > MAX_REQUESTS_BYTES:
+        return None
+    return list(csv.DictReader(io.StringIO(data.decode("utf-8", "replace"))))
+
+
+def read_summary(path) -> tuple[dict | None, str | None]:
+    """A client's summary.json, read up to 1 MiB (see _read_written)."""
+    data, problem = _read_written(path, _MAX_SUMMARY_BYTES)
+    if data is None:
+        return None, problem
     try:
         if len(data) > _MAX_SUMMARY_BYTES:
             raise ValueError("larger than 1 MiB")

@@ -99,8 +99,8 @@ def lineages(plans: Sequence[StepPlan]) -> dict[str, dict[str, Hashable]]:
       that many paths share: the middle of a topology);
     - the step gives the destination new values (not a cut, nor a restore)
       on its paths from at least BULK_CHANGE sources (its own link changed:
-      every tree changes it), for
-      the HOT_DESTINATIONS destinations with the most such steps.
+      every tree changes it), for the HOT_DESTINATIONS destinations with the
+      most such steps.
     Steps that change a few paths are left out, and the hot destinations are
     capped: otherwise churn would give every destination a class of its own
     in every tree, the N^2 classes the active tree exists to avoid.  Pairs

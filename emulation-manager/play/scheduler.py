@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import TypeVar
 
 from collapsar.tcal.prepared import PreparedStep, preload
 
@@ -82,7 +83,10 @@ class Fired:
         }
 
 
-def percentile(values: list[int], fraction: float) -> int:
+N = TypeVar("N", int, float)
+
+
+def percentile(values: Sequence[N], fraction: float) -> N:
     """Nearest-rank percentile (no interpolation: it is a value that occurred)."""
     if not values:
         raise ValueError("percentile of nothing")
