@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("collapsar.commands.generate", "Write a Docker Swarm stack or Compose file for an experiment"),
     "manager": ("collapsar.commands.manager", "Run the emulation manager for Docker containers on this node"),
     "trace": ("collapsar.commands.trace", "Where a run's latency goes: per-client latency and its breakdown"),
+    "report": ("collapsar.commands.report", "One self-contained HTML page of a run's results, with plots"),
 }
 
 

@@ -7,8 +7,11 @@ that turns them into static assets in web/dist) and the aggregator
 status streams and serves them as one, in the same shape a single manager
 serves (GET /stream, /status, /topology; POST /control/ACTION), so the page
 works unchanged against a manager (`collapsar run --dashboard`) or the
-aggregator.  It does not own the status API itself (collapsar.manager.status.api)
-nor what the control actions do (collapsar.manager.status.control).
+aggregator.  The same build makes the report page's script and style
+(web/src/report.js), which `collapsar report` inlines into one HTML file
+(`report_assets`; the page around them is collapsar.report's).  It does
+not own the status API itself (collapsar.manager.status.api) nor what the
+control actions do (collapsar.manager.status.control).
 """
 
 from __future__ import annotations
@@ -30,3 +33,15 @@ def assets_dir() -> Path:
             f"run `npm ci && npm run build` in {WEB} (scripts/setup.sh test does it)",
         )
     return dist
+
+
+def report_assets() -> tuple[str, str]:
+    """The report page's script and style (`collapsar report` inlines them)."""
+    dist = WEB / "dist"
+    missing = [name for name in ("report.js", "report.css") if not (dist / name).is_file()]
+    if missing:
+        raise EnvironmentProblem(
+            f"the report page is not built ({dist / missing[0]} is missing)",
+            f"run `npm ci && npm run build` in {WEB} (scripts/setup.sh test does it)",
+        )
+    return (dist / "report.js").read_text(), (dist / "report.css").read_text()

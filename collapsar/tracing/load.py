@@ -20,6 +20,7 @@ parent span id, so links never cross traces, and no id is stored as text.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from array import array
@@ -31,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from collapsar.errors import CollapsarError
+from collapsar.runfiles import RunDirError, open_regular
 
 # Span names of the workload tools, by code (the order is the code).
 NAMES = ("request", "serve", "compute", "load", "store", "forward", "forward.send")
@@ -55,12 +56,6 @@ _OTLP_STATUS = {1: OK, 2: ERROR}  # status.code when wl.status is missing
 SPANS_DIR = "workload"
 SPANS_SUFFIX = ".spans.jsonl"
 PROGRESS_EVERY = 4096  # lines
-
-
-class RunDirError(CollapsarError):
-    """A run directory `collapsar trace` cannot read: bad input, exit 2."""
-
-    exit_code = 2
 
 
 @dataclass
@@ -181,6 +176,8 @@ def span_files(run_dir: Path) -> list[Path]:
         what = "does not exist" if not run_dir.exists() else "is not a directory"
         raise RunDirError(f"{run_dir}: {what}; expected a run directory (collapsar run prints it)")
     folder = run_dir / SPANS_DIR
+    if folder.is_symlink():
+        raise RunDirError(f"{folder}: a symlink; expected the folder the run's instances wrote their spans in")
     files = sorted(folder.glob("*" + SPANS_SUFFIX)) if folder.is_dir() else []
     if not files:
         files = sorted(path for path in run_dir.glob("*" + SPANS_SUFFIX) if path.is_file())
@@ -196,11 +193,11 @@ def span_files(run_dir: Path) -> list[Path]:
 def read_spans(files: list[Path], progress: Callable[[int, int], None] | None = None) -> tuple[SpanTable, list[str]]:
     """Every span of `files`, and notes on what was skipped."""
     columns = _Columns()
-    total = sum(path.stat().st_size for path in files)
+    total = sum(path.lstat().st_size for path in files)
     done = torn = 0
     for path in files:
         file_instance = path.name[: -len(SPANS_SUFFIX)]
-        with path.open("rb") as handle:
+        with open(_regular(path), "rb") as handle:
             for number, line in enumerate(handle, start=1):
                 if number % PROGRESS_EVERY == 0 and progress is not None:
                     progress(done + handle.tell(), total)
@@ -224,7 +221,7 @@ def read_spans(files: list[Path], progress: Callable[[int, int], None] | None = 
                         f"{path}:{number}: {what}; expected an OTLP/JSON "
                         f"ExportTraceServiceRequest of the workload tools' spans"
                     ) from None
-        done += path.stat().st_size
+        done += path.lstat().st_size
     notes = []
     if torn:
         notes.append(f"{torn} span file(s) end in a line cut short (a writer was killed): skipped")
@@ -233,13 +230,24 @@ def read_spans(files: list[Path], progress: Callable[[int, int], None] | None = 
     return columns.table(), notes
 
 
+def _regular(path: Path) -> int:
+    """A span or run file, opened without following a symlink an instance
+    may have planted in its place."""
+    try:
+        return open_regular(path)
+    except OSError as error:
+        what = "a symlink" if error.errno == errno.ELOOP else error.strerror
+        raise RunDirError(f"{path}: {what}; expected a regular file the run wrote") from None
+
+
 def read_t0_ns(run_dir: Path) -> int | None:
     """RUNDIR/t0 in ns, None when the run never reached t=0."""
     path = run_dir / "t0"
-    if not path.is_file():
+    if not path.is_file() and not path.is_symlink():
         return None
     try:
-        return int(Decimal(path.read_text().strip()) * 1_000_000_000)
+        with open(_regular(path), "rb") as handle:
+            return int(Decimal(handle.read(64).decode("ascii", "replace").strip()) * 1_000_000_000)
     except InvalidOperation:
         raise RunDirError(f"{path}: expected the unix time of t=0 in seconds, like 1700000000.123456") from None
 
@@ -247,10 +255,11 @@ def read_t0_ns(run_dir: Path) -> int | None:
 def read_events(run_dir: Path) -> list[dict] | None:
     """RUNDIR/events.json (the applied steps), None when absent."""
     path = run_dir / "events.json"
-    if not path.is_file():
+    if not path.is_file() and not path.is_symlink():
         return None
     try:
-        events = json.loads(path.read_text())
+        with open(_regular(path), "rb") as handle:
+            events = json.loads(handle.read())
     except ValueError as error:
         raise RunDirError(f"{path}: not JSON ({error}); expected the run's event log") from None
     if not isinstance(events, list) or not all(isinstance(e, dict) and "scheduled_us" in e for e in events):
@@ -273,5 +282,10 @@ def read_run(run_dir: str | os.PathLike, progress: Callable[[int, int], None] | 
     spans, notes = read_spans(span_files(path), progress)
     experiment = path / "experiment.yaml"
     return RunInputs(
-        path, spans, read_t0_ns(path), read_events(path), experiment if experiment.is_file() else None, notes
+        path,
+        spans,
+        read_t0_ns(path),
+        read_events(path),
+        experiment if experiment.is_file() and not experiment.is_symlink() else None,
+        notes,
     )

@@ -12,7 +12,7 @@ import signal
 
 from collapsar.errors import InstanceFailure
 from collapsar.manager.measure import probe
-from collapsar.manager.measure.flows import flow_table
+from collapsar.manager.measure.flows import flow_table, limited_by
 from collapsar.manager.play.scheduler import percentile
 from collapsar.model import service_of
 
@@ -64,6 +64,9 @@ def report_flows(run) -> None:
     if getattr(run, "meter", None) is None:
         return
     flows = run.meter.flows()
+    for flow in flows:
+        for segment in flow["segments"]:
+            segment["limited_by"] = limited_by(segment)  # as the end table says it, for the report
     run.rundir.write_file("flows.json", json.dumps(flows, indent=1))
     with run.paths_lock:
         configured = {(src, dst): path for src, core in run.cores.items() for dst, path in core.configured().items()}

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from collapsar import provenance
 from collapsar.errors import EnvironmentProblem, RunError
 from collapsar.manager.addressing import NetworkPlan, new_run_id, plan_network
 from collapsar.manager.core import EmulationCore, real_tcal
@@ -146,6 +147,9 @@ class LocalRun(ManagerRun):
             "experiment.yaml",  # the topology as run, for `collapsar trace`
             self.options.source_text or Path(self.experiment.source).read_text(),
         )
+        # What `collapsar report` shows the run with: its graph, and what produced it.
+        self.rundir.write_file("topology.json", json.dumps(topology_json(self.timeline.steps[0].state)))
+        self.rundir.write_file(provenance.PROVENANCE, json.dumps(provenance.describe(), indent=1))
         workload.trace_into(self)
         self.series = SeriesWriter(self.rundir.dir_fd)
         started = time.monotonic()

@@ -4,8 +4,10 @@ One iputils ping per probed pair (the pairs `--probe` takes, among all the
 run's instances: every ordered pair up to 64, else one instance per
 service), run in the source's namespace from t=0 to the end, one echo every
 INTERVAL, with `-D` (each reply line stamped with the wall clock).  One
-thread reads them all.  Per whole second and pair the run writes the echoes
-sent (1 s / INTERVAL) and answered and the RTT's min, median and max to
+thread reads them all.  Per whole second and pair the run writes the echo
+requests sent in that second and how many of them were answered (by
+icmp_seq: a reply that arrives in the next second is not a loss), and their
+RTT's min, median and max to
 series/rtt.csv, next to the RTT the paths configured then (measure/series.py).
 
 What it costs: a process per pair (sleeping between echoes), and 1/INTERVAL
@@ -30,7 +32,7 @@ from collections.abc import Callable
 
 from collapsar.errors import RunError
 
-_ECHO = re.compile(r"^\[(\d+\.\d+)\] .*icmp_seq=\d+ .*time=([\d.]+) ms")
+_ECHO = re.compile(r"^\[(\d+\.\d+)\] .*icmp_seq=(\d+) .*time=([\d.]+) ms")
 
 
 def argv(netns: str, ip: str, interval_s: float) -> list[str]:
@@ -53,7 +55,8 @@ class LiveProbe:
         self.interval_s = interval_s
         self._on_start = on_start  # (source instance, pid): the run journals it, so cleanup can kill it
         self._procs: list[tuple[tuple[str, str], subprocess.Popen]] = []
-        self._rtts: dict[tuple[int, str, str], list[float]] = {}  # (second, src, dst) -> echo RTTs, ms
+        self._echoes: dict[tuple[str, str], list[tuple[int, float, float]]] = {}  # pair -> (seq, sent s, RTT ms)
+        self._started_s: dict[tuple[str, str], float] = {}  # pair -> experiment time its ping started
         self.t0_unix_s = 0.0
         self._stopped_s = 0.0  # experiment time of stop()
         self._thread: threading.Thread | None = None
@@ -72,6 +75,7 @@ class LiveProbe:
                 self.stop()
                 raise RunError("--probe-every: `ip` not found; install iproute2") from None
             self._procs.append(((src, dst), proc))
+            self._started_s[(src, dst)] = time.time() - t0_unix_s
             self._on_start(src, proc.pid)
             assert proc.stdout is not None
             self._selector.register(proc.stdout.fileno(), selectors.EVENT_READ, [(src, dst), b""])
@@ -97,8 +101,9 @@ class LiveProbe:
         echo = _ECHO.match(line)
         if echo is None:
             return  # ping's header and summary
-        second = int(float(echo.group(1)) - self.t0_unix_s) + 1  # the second ending at t_s
-        self._rtts.setdefault((second, *pair), []).append(float(echo.group(2)))
+        rtt_ms = float(echo.group(3))
+        sent_s = float(echo.group(1)) - rtt_ms / 1000 - self.t0_unix_s  # its echo request left then
+        self._echoes.setdefault(pair, []).append((int(echo.group(2)), sent_s, rtt_ms))
 
     def stop(self, now_unix_s: float | None = None) -> None:
         self._stopped_s = (time.time() if now_unix_s is None else now_unix_s) - self.t0_unix_s
@@ -121,17 +126,46 @@ class LiveProbe:
     def rows(self, configured_rtt_ms: Callable[[int, str, str], float | None]) -> list[tuple]:
         """Per whole second from t=0 to stop() and pair: (t_s, src, dst,
         sent, received, min, median, max RTT in ms, configured RTT in ms at
-        that second: None when no path either way).  `sent` is what the
-        probe sends in a second (1 s / interval), not ping's own count: ping
-        does not count an echo the kernel refuses at once (a cut path
-        without netem drops at the sender's own queue, which ping takes for
-        a full buffer and waits on), so a cut path reads as all lost either way."""
-        per_second = round(1 / self.interval_s)
+        that second: None when no path either way).  Each echo request
+        counts in the second it was sent (its reply's time less its RTT),
+        lost or not: `sent` counts the requests ping numbered (icmp_seq)
+        that left in that second, and `received` those of them answered, so
+        an echo that comes back in the next second is not a loss."""
         out = []
+        by_second = {pair: self._seconds_of(pair) for pair in self.pairs}
         for second in range(1, int(self._stopped_s) + 1):
             for src, dst in self.pairs:
-                rtts = self._rtts.get((second, src, dst), [])
+                sent, rtts = by_second[(src, dst)].get(second, (0, []))
                 stats = (min(rtts), statistics.median(rtts), max(rtts)) if rtts else (None, None, None)
-                row = (second, src, dst, max(per_second, len(rtts)), len(rtts), *stats)
-                out.append((*row, configured_rtt_ms(second, src, dst)))
+                out.append((second, src, dst, sent, len(rtts), *stats, configured_rtt_ms(second, src, dst)))
         return out
+
+    def _seconds_of(self, pair: tuple[str, str]) -> dict[int, tuple[int, list[float]]]:
+        """Per second: echo requests sent and the RTTs of those answered.
+        A request never answered leaves no line: between two answered ones
+        the requests sent are as many as their sequence numbers differ, or
+        as many intervals as lie between their send times when that is more
+        (ping does not number what it could not send, as on a path cut
+        without netem), spread evenly; before the first answer they go back
+        to the ping's start, after the last one on to the end, an interval
+        apart."""
+        step = self.interval_s
+        echoes = sorted(self._echoes.get(pair, []))
+        sends: list[float] = []
+        previous = (0, self._started_s.get(pair, echoes[0][1] if echoes else 0.0) - step)
+        for seq, sent, _ in echoes:
+            count = max(seq - previous[0], round((sent - previous[1]) / step))
+            sends += [previous[1] + (sent - previous[1]) * k / count for k in range(1, count)]
+            sends.append(sent)
+            previous = (seq, sent)
+        at = previous[1] + step
+        while at < self._stopped_s:
+            sends.append(at)
+            at += step
+        seconds: dict[int, tuple[int, list[float]]] = {}
+        for sent in sends:
+            count, rtts = seconds.get(int(sent // 1) + 1, (0, []))
+            seconds[int(sent // 1) + 1] = (count + 1, rtts)
+        for _, sent, rtt in echoes:
+            seconds.setdefault(int(sent // 1) + 1, (0, []))[1].append(rtt)
+        return seconds

@@ -59,7 +59,7 @@ def test_dumbbell_sharing_splits_the_bottleneck(tmp_path):
     # ... and the end table says why: its share, not its path, capped it.
     (segment,) = b["segments"]
     assert 0.9 * 10 * MBPS <= segment["median_share_bps"] <= 1.1 * 10 * MBPS
-    assert limited_by(segment) == "its share"
+    assert limited_by(segment) == segment["limited_by"] == "its share"  # flows.json says it as the table does
     row = next(line for line in run.stdout.splitlines() if line.startswith("b -> rb"))
     share = f"{segment['median_share_bps'] / 1e6:.3g} Mbit/s"
     assert f"20 Mbit/s        {share}" in row and "  its share  " in row, row

@@ -211,3 +211,27 @@ def test_live_probe_rows_count_each_whole_second_of_every_pair():
         (2, "a", "b", 4, 1, 40.0, 40.0, 40.0, None),
         (2, "b", "a", 4, 0, None, None, None, None),
     ]
+
+
+def test_live_probe_counts_an_echo_in_the_second_it_was_sent_and_a_cut_as_lost():
+    from collapsar.manager.measure.liveprobe import LiveProbe
+
+    probe = LiveProbe([("a", "b")], {}, {}, interval_s=0.5)
+    probe.t0_unix_s = 1000.0
+    for line in (
+        "[1000.060000] 64 bytes from 10.0.0.3: icmp_seq=1 ttl=64 time=50.0 ms",  # sent at 0.01
+        "[1001.080000] 64 bytes from 10.0.0.3: icmp_seq=2 ttl=64 time=570.0 ms",  # sent at 0.51, back in second 2
+        "[1001.060000] 64 bytes from 10.0.0.3: icmp_seq=3 ttl=64 time=50.0 ms",  # sent at 1.01
+        # seq 4 lost; then the path was cut and ping numbered nothing for 2 s
+        "[1004.060000] 64 bytes from 10.0.0.3: icmp_seq=5 ttl=64 time=50.0 ms",  # sent at 4.01
+    ):
+        probe.take(("a", "b"), line)
+    probe.stop(now_unix_s=1005.2)
+    rows = [row[:5] for row in probe.rows(lambda second, src, dst: None)]
+    assert rows == [
+        (1, "a", "b", 2, 2),  # the late echo of second 1 is no loss
+        (2, "a", "b", 2, 1),
+        (3, "a", "b", 2, 0),  # the cut: sent, none answered
+        (4, "a", "b", 2, 0),
+        (5, "a", "b", 2, 1),
+    ]
