@@ -23,6 +23,7 @@ from pathlib import Path
 
 from collapsar.errors import CollapsarError
 
+REPORT_FILE = "report.html"  # what `collapsar report RUNDIR` writes by default
 MAX_JSON_BYTES = 64 << 20
 MAX_TEXT_BYTES = 4 << 20  # the experiment file, t0
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -49,17 +50,32 @@ class RunFiles:
     """The files of one run directory, read as described above; `notes`
     collects why a file that is there was not read."""
 
-    def __init__(self, run_dir: str | os.PathLike):
-        self.path = Path(run_dir)
+    def __init__(self, run_dir: str | os.PathLike, within: RunFiles | None = None):
+        """`run_dir` as named, or, `within` a set of runs, its folder of that
+        name (a symlink there is not followed)."""
+        self.path: Path = Path(run_dir) if within is None else within.path / run_dir
         try:
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            if within is None:
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            else:
+                self.fd = os.open(run_dir, _DIR_FLAGS, dir_fd=within.fd)
         except FileNotFoundError:
             raise RunDirError(f"{self.path}: no such run directory") from None
-        except NotADirectoryError:
-            raise RunDirError(f"{self.path}: not a directory; expected a run directory of `collapsar run`") from None
-        except PermissionError:
-            raise RunDirError(f"{self.path}: permission denied (run directories are root's: use sudo)") from None
+        except OSError as error:
+            if isinstance(error, PermissionError):
+                raise RunDirError(f"{self.path}: permission denied (run directories are root's: use sudo)") from None
+            what = "a symlink" if error.errno == errno.ELOOP or self._is_link(run_dir, within) else "not a directory"
+            raise RunDirError(f"{self.path}: {what}; expected a run directory of `collapsar run`") from None
         self.notes: list[str] = []
+
+    @staticmethod
+    def _is_link(name: str | os.PathLike, within: RunFiles | None) -> bool:
+        try:
+            return stat.S_ISLNK(
+                os.stat(name, dir_fd=None if within is None else within.fd, follow_symlinks=False).st_mode
+            )
+        except OSError:
+            return False
 
     def close(self) -> None:
         os.close(self.fd)
@@ -146,3 +162,21 @@ class RunFiles:
             return sorted(os.listdir(fd))
         finally:
             os.close(fd)
+
+
+def write_replacing(path: Path, text: str) -> None:
+    """`text` at `path`: written to a new file beside it, then renamed over it."""
+    folder = path.parent if str(path.parent) else Path(".")
+    temporary = folder / f".{path.name}.{os.getpid()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(temporary, flags, 0o644)
+    except OSError as error:
+        raise CollapsarError(f"{path}: cannot write here ({error.strerror})") from None
+    try:
+        with open(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

@@ -3,11 +3,14 @@
 Each `Follower` keeps a manager's latest status snapshot by reading its
 server-sent-events stream on a thread of its own, reconnecting every second
 when the manager cannot be reached; its state (connecting, up, unreachable
-with the reason) is part of what the page shows, so a manager that went
-away is never silent.  `Aggregator.merged` folds the followers' snapshots
-into one in the shape a single manager publishes, with `host` on instances
-and flows and a `managers` list; link loads are summed over managers (each
-one measures the flows its own instances send).
+with the reason, ended) is part of what the page shows, so a manager that
+went away is never silent.  A manager whose run ended says so in its last
+snapshot (state "ended", with `end`): its follower keeps that snapshot,
+is "ended", and stops; no reconnecting to a run that is over.  `merge`
+folds the followers' snapshots into one in the shape a single manager
+publishes, with `host` on instances and flows and a `managers` list; link
+loads are summed over managers (each one measures the flows its own
+instances send).  The merged run has ended when every manager's has.
 
 Control requests go to every manager.  Without manager tokens the page's
 bearer token is passed on as it is (each manager checks it); with them
@@ -74,7 +77,8 @@ class Follower:
     def _run(self) -> None:
         while not self._closing.is_set():
             try:
-                self._follow()
+                if self._follow():
+                    return  # the run ended: nothing more will come
                 self._lost("the manager closed its stream (run ended?)")
             except (OSError, ValueError, urllib.error.URLError) as error:
                 reason = getattr(error, "reason", None) or error
@@ -87,7 +91,8 @@ class Follower:
         self.state, self.error = "unreachable", why
         self._on_change()
 
-    def _follow(self) -> None:
+    def _follow(self) -> bool:
+        """Snapshots until the stream ends; True once one said the run ended."""
         data: list[str] = []
         with urllib.request.urlopen(self.url + "/stream", timeout=READ_TIMEOUT_S) as reply:
             for raw in reply:
@@ -96,50 +101,69 @@ class Follower:
                     data.append(line[5:].lstrip(" "))
                 elif not line and data:
                     self.snapshot = json.loads("\n".join(data))
-                    self.state, self.error, self.seen_at = "up", None, time.monotonic()
+                    ended = self.snapshot.get("state") == "ended"
+                    self.state, self.error, self.seen_at = "ended" if ended else "up", None, time.monotonic()
                     data = []
                     self._on_change()
+                    if ended:
+                        return True
                 if self._closing.is_set():
-                    return
+                    return False
+        return False
 
     def describe(self) -> dict:
         ago = None if self.seen_at is None else round(time.monotonic() - self.seen_at, 1)
+        snap = self.snapshot
         return {
             "url": self.url,
             "host": self.host,
             "state": self.state,
             "error": self.error,
-            "run_id": self.snapshot.get("run_id"),
+            "run_id": snap.get("run_id"),
             "seen_s_ago": ago,
+            "end": snap.get("end") if snap.get("state") == "ended" else None,
         }
 
 
 def merge(followers: list[Follower]) -> dict:
-    """One snapshot from every manager's latest (the first one's timeline)."""
-    live = [f for f in followers if f.snapshot]
-    first = live[0].snapshot if live else {}
+    """One snapshot from every manager's latest (the first one's timeline);
+    its state is the first running manager's, or "ended" once every one has
+    ended, with the `end` of the last to end (each manager's is in `managers`)."""
+    # Each snapshot read once: a follower's thread replaces it whole, meanwhile.
+    latest = [(f, f.snapshot) for f in followers]
+    live = [(f, snap) for f, snap in latest if snap]
+    first = live[0][1] if live else {}
     merged: dict = {
         "managers": [f.describe() for f in followers],
         "run_id": first.get("run_id"),
         "source": first.get("source"),
-        "state": first.get(
-            "state", "unreachable" if followers and all(f.state == "unreachable" for f in followers) else "connecting"
-        ),
-        "t_us": max((f.snapshot.get("t_us", 0) for f in live), default=0),
+        "state": _state(latest),
+        "t_us": max((snap.get("t_us", 0) for _, snap in live), default=0),
         "events": first.get("events", {"applied": [], "pending": 0, "upcoming": []}),
         "instances": [],
         "flows": [],
         "throughput": [],
         "links": [],
     }
-    for follower in live:
-        snap = follower.snapshot
+    for follower, snap in live:
         for key in ("instances", "flows", "throughput"):
             merged[key] += [{**row, "host": follower.host} for row in snap.get(key, [])]
-    merged["links"] = _merge_links([f.snapshot.get("links", []) for f in live])
-    if followers and all(f.state == "unreachable" for f in followers):
-        merged["state"] = "unreachable"
+    merged["links"] = _merge_links([snap.get("links", []) for _, snap in live])
+    if merged["state"] == "ended":
+        ends = [snap.get("end") or {} for _, snap in latest]
+        merged["end"] = max(ends, key=lambda end: end.get("at_unix") or 0)
     return merged
+
+
+def _state(latest: list[tuple[Follower, dict]]) -> str:
+    """Ended once every manager's run has; else unreachable when every
+    manager still going is; else the first one's with a snapshot."""
+    going = [(f, snap) for f, snap in latest if snap.get("state") != "ended"]
+    if latest and not going:
+        return "ended"
+    if going and all(f.state == "unreachable" for f, _ in going):
+        return "unreachable"
+    return next((snap.get("state", "connecting") for _, snap in going if snap), "connecting")
 
 
 def _merge_links(per_manager: list[list[dict]]) -> list[dict]:

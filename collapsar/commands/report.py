@@ -1,4 +1,5 @@
-"""`collapsar report RUNDIR [-o FILE] [--json]`: one page of a run's results.
+"""`collapsar report RUNDIR [-o FILE] [--json]`: one page of a run's results,
+or of a set of runs (`collapsar run --repeat N`, `--sweep`: SETDIR).
 
 Reads the run directory of a local run (its series, event log, flow table,
 workload records and spans, the experiment as run and what produced it:
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,42 +29,28 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flows", type=int, default=None, metavar="N", help="Draw the N busiest flows (default: 40)")
 
 
-def write_replacing(path: Path, text: str) -> None:
-    """`text` at `path`: written to a new file beside it, then renamed over it."""
-    folder = path.parent if str(path.parent) else Path(".")
-    temporary = folder / f".{path.name}.{os.getpid()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(temporary, flags, 0o644)
-    except OSError as error:
-        raise CollapsarError(f"{path}: cannot write the report here ({error.strerror})") from None
-    try:
-        with open(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-
-
 def run(args: argparse.Namespace) -> int:
     from collapsar.dashboard import report_assets
     from collapsar.report import figures as report_figures
     from collapsar.report.page import render
-    from collapsar.runfiles import RunFiles
+    from collapsar.report.sets import build_set, is_set
+    from collapsar.runfiles import REPORT_FILE, RunFiles, write_replacing
 
     if args.flows is not None and args.flows < 1:
         raise CollapsarError(f"--flows {args.flows}: expected a number of flows of at least 1")
     started = time.monotonic()
     with RunFiles(args.run_dir) as files:
-        figures = report_figures.build(files, flows=args.flows or report_figures.MAX_FLOWS)
+        if is_set(files):
+            figures = build_set(files)
+        else:
+            figures = report_figures.build(files, flows=args.flows or report_figures.MAX_FLOWS)
     if args.json:
         json.dump(figures, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
     script, style = report_assets()
     page = render(figures, script, style)
-    output = Path(args.output) if args.output else Path(args.run_dir) / "report.html"
+    output = Path(args.output) if args.output else Path(args.run_dir) / REPORT_FILE
     write_replacing(output, page)
     print(f"report: {output} ({len(page.encode()) / 1024:.0f} KiB in {time.monotonic() - started:.2f} s)")
     return 0

@@ -39,6 +39,8 @@ in its namespace, plays the timeline and tears everything down at the end
   shaping are set up, commands and timeline wait) and /control/link (an
   ad-hoc link change, checked like a `set` event) require.  `--dashboard`
   serves the web page from the status API at /dashboard/.
+- `--repeat N` and `--sweep PATH=V1,V2,...` make a set of runs, aggregated
+  at the end (collapsar.commands.runset).
 - `--vm` runs this same command inside a throwaway VM with Debian's stock
   kernel (which has sch_netem) through collapsar.vm; the run directory base
   is shared back.  Cost: about a minute to boot under software emulation
@@ -109,6 +111,20 @@ def register(parser: argparse.ArgumentParser) -> None:
         "timeline steps and shaping wait on timers (auto: on a virtual machine)",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Run the experiment N times, one run after the other, and aggregate the runs' figures "
+        "(means, spread, 95%% confidence intervals) in a set directory (collapsar report draws it)",
+    )
+    parser.add_argument(
+        "--sweep",
+        metavar="PATH=V1,V2,...",
+        help="Run once (or --repeat N times) for each value of one property, e.g. "
+        "'links[sw,core].latency=10ms,20ms,40ms'; PATH: keys, list indices or links[A,B], dot-separated",
+    )
+    parser.add_argument(
         "--tree",
         choices=TREES,
         default="auto",
@@ -146,15 +162,22 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.probe <= 10_000:
         raise CollapsarError(f"--probe {args.probe}: expected a number of pings from 0 to 10000")
     probe_every_us = _probe_every_us(args.probe_every)
+    sweep = _check_set_options(args)
     from collapsar.manager.programs import require_programs
     from collapsar.parser import parse_file
     from collapsar.timeline import build_timeline
 
-    experiment = parse_file(args.file)
-    timeline = build_timeline(experiment)
-    # Before anything is created (a VM boot included): an instance whose
-    # program is missing would only fail once the network is up.
-    require_programs(experiment)
+    if args.repeat > 1 or sweep is not None:
+        from collapsar.commands import runset
+
+        # Every variant before anything is created: a bad value stops the set before its first run.
+        made = runset.variants(args.file, sweep, require_programs)
+    else:
+        experiment = parse_file(args.file)
+        timeline = build_timeline(experiment)
+        # Before anything is created (a VM boot included): an instance whose
+        # program is missing would only fail once the network is up.
+        require_programs(experiment)
     if args.vm:
         return _run_in_vm(args)
     if args.dry_run:
@@ -172,18 +195,42 @@ def run(args: argparse.Namespace) -> int:
         )
     from collapsar.manager.local.run import LocalOptions, LocalRun
 
-    options = LocalOptions(
-        **shared,
-        subnet=args.subnet,
-        run_base=Path(args.run_dir).resolve() if args.run_dir else None,
-        probe_count=args.probe,
-        probe_every_us=probe_every_us,
-        wait_start=args.wait_start,
-        dashboard=_dashboard_assets(args),
-        keep_awake=args.keep_awake,
-        tree=args.tree,
-    )
-    return LocalRun(experiment, timeline, options).run()
+    dashboard = _dashboard_assets(args)
+
+    def options_for(run_base: Path | None, source_text: str | None = None) -> LocalOptions:
+        return LocalOptions(
+            **shared,
+            subnet=args.subnet,
+            run_base=run_base,
+            probe_count=args.probe,
+            probe_every_us=probe_every_us,
+            wait_start=args.wait_start,
+            dashboard=dashboard,
+            keep_awake=args.keep_awake,
+            tree=args.tree,
+            source_text=source_text,
+        )
+
+    base = Path(args.run_dir).resolve() if args.run_dir else None
+    if args.repeat > 1 or sweep is not None:
+        return runset.run_set(args.file, args.repeat, sweep, made, base, options_for)
+    return LocalRun(experiment, timeline, options_for(base)).run()
+
+
+def _check_set_options(args: argparse.Namespace):
+    """--repeat and --sweep, checked; the sweep (or None)."""
+    from collapsar.errors import CollapsarError
+    from collapsar.sweep import parse_sweep
+
+    if not 1 <= args.repeat <= 1000:
+        raise CollapsarError(f"--repeat {args.repeat}: expected a number of runs from 1 to 1000")
+    sweep = parse_sweep(args.sweep) if args.sweep is not None else None
+    if args.repeat > 1 or sweep is not None:
+        flag = "--repeat" if args.repeat > 1 else "--sweep"
+        for other, on in (("--vm", args.vm), ("--dry-run", args.dry_run), ("--wait-start", args.wait_start)):
+            if on:
+                raise CollapsarError(f"{flag} cannot be combined with {other}")
+    return sweep
 
 
 def _dashboard_assets(args: argparse.Namespace) -> Path | None:

@@ -3,6 +3,9 @@
   figures.py  every figure of a run, as data, from its run directory
               (series, event log, flow table, workload records and spans,
               the experiment as run and what produced it)
+  aggregate.py  the figures of repeated runs: mean, spread, 95% interval
+  sets.py     a set directory (`collapsar run --repeat/--sweep`) as figures
+              per swept value, and the table the set prints
   page.py     those figures as one self-contained HTML file that draws them
               with the dashboard's bundled libraries and requests nothing
 

@@ -41,7 +41,9 @@ def render(figures: dict, script: str, style: str) -> str:
     script = _inline(script, "script")
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     policy = f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; img-src data:"
-    title = html.escape(f"Collapsar report: {figures['run'].get('experiment') or figures['run'].get('run_id')}")
+    run = figures.get("run") or {}
+    name = run.get("experiment") or run.get("run_id") or figures.get("experiment") or "a set of runs"
+    title = html.escape(f"Collapsar report: {name}")
     return (
         "<!doctype html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'

@@ -319,6 +319,9 @@ class LocalRun(ManagerRun):
     def stall_file(self) -> Path | None:
         return self.rundir.path / "stalls.txt"
 
+    def results_dir(self) -> Path | None:
+        return self.rundir.path
+
     def tick(self) -> None:
         if self.start_requested.is_set() and not self.player.started:
             self._start_commands()

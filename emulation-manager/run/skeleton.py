@@ -13,7 +13,9 @@ teardown.  A mode adds where its instances and namespaces come from (an
   loop:   tick (mode: reap or rescan) -> counters -> sharing -> status
           -> stop on a signal, --duration, or when the mode says so
   tear_down: the timeline, then the mode's stages, then what every run
-          closes; every stage runs even when an earlier one failed
+          closes; every stage runs even when an earlier one failed.  The
+          status API's last snapshot says the run ended, when and why
+          (publish_end), and reaches every open stream before it stops
 
 Everything the timeline changes (paths, an instance's status) is queued on
 the step being prepared and put in force when the step fires
@@ -40,7 +42,7 @@ from collapsar.manager.measure.series import SeriesWriter
 from collapsar.manager.play.live import LivePlayer
 from collapsar.manager.run.options import RunOptions
 from collapsar.manager.run.runtime import InstanceRuntime, Place
-from collapsar.manager.run.snapshot import status_snapshot
+from collapsar.manager.run.snapshot import end_of_run, status_snapshot
 from collapsar.manager.run.stallwatch import StallWatch
 from collapsar.manager.status.board import StatusBoard, paths_rows
 from collapsar.manager.status.topoview import LiveView
@@ -97,6 +99,8 @@ class ManagerRun:
         self.exit_codes: dict[str, int] = {}
         self.started_us: dict[str, int] = {}  # instance -> when its command last started (0: at t=0)
         self.stop_reason: str | None = None
+        self.failure: BaseException | None = None  # what ended bring-up or the loop, if anything did
+        self.stopped_at: tuple[int, float] | None = None  # (experiment us, unix s) when the loop stopped
         # Held by the timeline thread from a step's preparation until it has
         # fired, by the sharing loop for its changes, by scans and by readers
         # of the cores' paths (re-entrant: set_paths takes it inside a step).
@@ -197,6 +201,9 @@ class ManagerRun:
             try:
                 self.bring_up()
                 self.loop()
+            except BaseException as error:  # for the status API's last word; raised on as it was
+                self.failure = error
+                raise
             finally:
                 self.tear_down()
                 for sig, handler in handlers.items():
@@ -260,6 +267,7 @@ class ManagerRun:
                     next_tick = time.monotonic()  # woken early: the schedule goes on from here
         finally:
             watch.close()
+            self.stopped_at = (self.now_us(), time.time())
         self.say(f"stopping: {self.stop_reason}")
 
     def write_series(self, now_us: int) -> None:
@@ -291,6 +299,11 @@ class ManagerRun:
 
     def stall_file(self) -> Path | None:
         """Where a stalled loop's stacks go (None: standard error)."""
+        return None
+
+    def results_dir(self) -> Path | None:
+        """Where the run's results are, for `collapsar report` (None: this
+        mode keeps none)."""
         return None
 
     def tick(self) -> None:
@@ -347,10 +360,26 @@ class ManagerRun:
             for name, obj in (("sharing", self.sharing), ("meter", self.meter))
             if obj is not None
         ]
+        if self.server is not None:
+            stages.append(("publish the run's end", self.publish_end))
         stages.append(("close the status board", self.board.close))
         if self.server is not None:
             stages.append(("stop the status API", self.server.stop))
         return stages
+
+    def publish_end(self) -> None:
+        """The last snapshot: state "ended" and `end` (run/snapshot.py), from
+        after the commands stopped, so exits and the verdict are final.
+        Closing the board then sends it to every open stream (status/streams.py)."""
+        t_us, at_unix = self.stopped_at or (self.now_us(), time.time())
+        failure = self.failure
+        if failure is None:
+            try:
+                self.verdict()  # as it stands now; given again after teardown
+            except CollapsarError as error:
+                failure = error
+        end = end_of_run(self.stop_reason, failure, t_us, at_unix, self.results_dir())
+        self.board.publish({**self.snapshot(t_us), "state": "ended", "end": end})
 
     def torn_down(self, failures: list[str]) -> None:
         for line in failures:

@@ -6,7 +6,8 @@ these fields; a field added here is added there.
   source     the experiment file
   mode       "local" or "container"
   t_us       experiment time (0 before t=0)
-  state      "waiting" (before t=0), "running", "stopping"
+  state      "waiting" (before t=0), "running", "stopping", and in the last
+             snapshot "ended" with `end` (end_of_run)
   instances  one row per instance of the experiment: name, ip, netns, status,
              network, pid, exit_code, and in container mode `container` and
              `shaped` (instance_rows)
@@ -20,13 +21,17 @@ these fields; a field added here is added there.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
+from collapsar.errors import CollapsarError
 from collapsar.manager.measure.throughput import Meter
 from collapsar.manager.play.live import LivePlayer
 from collapsar.manager.run.runtime import InstanceRuntime, Place
 from collapsar.model import Experiment
+from collapsar.runfiles import REPORT_FILE
 
 
 class RunView(Protocol):
@@ -105,3 +110,48 @@ def status_snapshot(run: RunView, now_us: int) -> dict:
         },
         **run.live_view(run.timeline.state_at(now_us), flows),
     }
+
+
+# Why a run stopped, as its last snapshot tells a reader of the page; the
+# run's own line (`stopping: SIGINT`) keeps the words logs and tests know.
+END_REASONS = {
+    "duration reached": "--duration reached",
+    "stop requested through the control API": "stopped from the control API",
+    "SIGINT": "interrupted (Ctrl-C, SIGINT)",
+    "SIGTERM": "interrupted (SIGTERM)",
+    "SIGHUP": "interrupted (SIGHUP: its terminal closed)",
+}
+
+
+def exit_code_of(failure: BaseException | None) -> int:
+    """The status `collapsar run` ends with (collapsar/cli.py)."""
+    if failure is None:
+        return 0
+    if isinstance(failure, CollapsarError):
+        return failure.exit_code
+    return 130 if isinstance(failure, KeyboardInterrupt) else 1
+
+
+def end_of_run(
+    stop_reason: str | None, failure: BaseException | None, t_us: int, at_unix: float, run_dir: Path | None
+) -> dict:
+    """The `end` of a run's last snapshot: when (wall clock and run clock),
+    why, the exit status, and where its results and report are (local mode)."""
+    causes = [END_REASONS.get(stop_reason, stop_reason)] if stop_reason is not None else []
+    if failure is not None:
+        text = str(failure).strip()
+        first = text.splitlines()[0].rstrip(":") if text else ""
+        if not isinstance(failure, CollapsarError):  # a bug: its type says the most
+            first = f"{type(failure).__name__}: {first}" if first else type(failure).__name__
+        causes.append(f"failed: {first}")
+    end: dict = {
+        "at_unix": round(at_unix, 3),
+        "t_us": t_us,
+        "reason": "; ".join(causes) or "ended",
+        "exit_code": exit_code_of(failure),
+        "run_dir": None if run_dir is None else str(run_dir),
+        "report": None,
+    }
+    if run_dir is not None:
+        end["report"] = {"command": f"collapsar report {shlex.quote(str(run_dir))}", "path": str(run_dir / REPORT_FILE)}
+    return end

@@ -5,7 +5,8 @@ and (when a run or the dashboard gives them) the control actions and the web pag
   GET  /paths       configured path of every instance pair (JSON; can be large)
   GET  /events      the event log: scheduled, applied, lateness (JSON)
   GET  /topology    services, bridges and links as written (JSON, for the dashboard)
-  GET  /stream      server-sent events: one `status` message per manager tick
+  GET  /stream      server-sent events: one `status` message per manager tick;
+                    a run's last one, state "ended", says when and why
   GET  /metrics     Prometheus text format
   GET  /dashboard/  the web page (static assets built from dashboard/web)
   POST /control/ACTION  start, stop, link (collapsar.manager.status.control): bearer token

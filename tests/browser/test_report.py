@@ -71,6 +71,37 @@ def report(tmp_path_factory):
     return {"html": tmp / "report.html", "figures": figures, "run_dir": run_dir}
 
 
+def drawn_charts(page) -> list[tuple[str, int, int]]:
+    """Per chart: its id, its canvas's width and how many of its pixels have
+    the colour of its first series (a chart without its data has none)."""
+    return page.evaluate(
+        """([r, g, b]) => window.collapsarReport.charts.map(({ id, box }) => {
+            const canvas = box.querySelector("canvas");
+            const pixels = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+            let count = 0;
+            for (let i = 0; i < pixels.length; i += 4) {
+              if (Math.abs(pixels[i] - r) < 40 && Math.abs(pixels[i + 1] - g) < 40
+                  && Math.abs(pixels[i + 2] - b) < 40 && pixels[i + 3] > 200) count += 1;
+            }
+            return [id, canvas.width, count];
+        })""",
+        list(SERIES_BLUE),
+    )
+
+
+def open_offline(browser, path):
+    """A page of the report file, with every request and problem recorded."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.requests, page.problems = [], []
+    page.on("request", lambda request: page.requests.append(request.url))
+    page.on("pageerror", lambda error: page.problems.append(f"page error: {error}"))
+    page.on("console", lambda message: page.problems.append(f"console: {message.text}"))
+    page.on("dialog", lambda dialog: (page.problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    page.goto(path.as_uri())
+    return context, page
+
+
 def expected_charts(figures: dict) -> list[str]:
     """The charts report.js draws for these figures, in its order."""
     ids = [f"flow-{i}" for i in range(len(figures["flows"]["series"]))]
@@ -101,36 +132,15 @@ def test_the_figures_of_the_run(report):
 
 
 def test_every_plot_is_drawn_and_no_request_leaves_the_page(report, browser, shots):
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    requests, problems = [], []
-    page.on("request", lambda request: requests.append(request.url))
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("console", lambda message: problems.append(f"console: {message.text}"))
-    page.on("dialog", lambda dialog: (problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    context, page = open_offline(browser, report["html"])
+    requests, problems, url = page.requests, page.problems, report["html"].as_uri()
     try:
-        url = report["html"].as_uri()
-        page.goto(url)
         assert page.evaluate("window.collapsarReport && window.collapsarReport.ready") is True
         figures = report["figures"]
         ids = page.evaluate("window.collapsarReport.charts.map((c) => c.id)")
         assert ids == expected_charts(figures)
         assert len(ids) >= 6
-        # every chart's canvas shows its first series: pixels of its colour
-        drawn = page.evaluate(
-            """([r, g, b]) => window.collapsarReport.charts.map(({ id, box }) => {
-                const canvas = box.querySelector("canvas");
-                const pixels = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
-                let count = 0;
-                for (let i = 0; i < pixels.length; i += 4) {
-                  if (Math.abs(pixels[i] - r) < 40 && Math.abs(pixels[i + 1] - g) < 40
-                      && Math.abs(pixels[i + 2] - b) < 40 && pixels[i + 3] > 200) count += 1;
-                }
-                return [id, canvas.width, count];
-            })""",
-            list(SERIES_BLUE),
-        )
-        for chart_id, width, count in drawn:
+        for chart_id, width, count in drawn_charts(page):
             assert width > 300 and count > 40, (chart_id, width, count)
         topology = figures["topology"]
         assert page.evaluate("window.collapsarReport.cy.nodes().length") == len(topology["nodes"]) == 7
@@ -145,5 +155,55 @@ def test_every_plot_is_drawn_and_no_request_leaves_the_page(report, browser, sho
         assert refused == "refused: TypeError"
         assert requests == [url]
         assert any("Content Security Policy" in p for p in problems), problems
+    finally:
+        context.close()
+
+
+SET = """\
+experiment: {name: report-set}
+services:
+  front: {command: [wl-node]}
+  chain: {command: [sh, -c, "sleep 0.5; exec wl-client --to front -C 1ms -n 10 -r 10"]}
+  load: {command: [sh, -c, "sleep 0.3; iperf3 --client sink --time 2"]}
+  sink: {command: [iperf3, --server, --one-off]}
+bridges: [sw]
+links:
+  - {from: chain, to: sw, bandwidth: 100Mbps}
+  - {from: load, to: sw, bandwidth: 100Mbps}
+  - {from: sw, to: front, bandwidth: 100Mbps}
+  - {from: sw, to: sink, bandwidth: 20Mbps}
+"""
+
+
+def test_the_report_of_a_set_draws_each_value_with_its_spread(browser, shots, tmp_path):
+    (tmp_path / "set.yaml").write_text(SET)
+    argv = ["--repeat", "2", "--sweep", "links[sw,sink].bandwidth=5Mbps,10Mbps", "--duration", "3s"]
+    cli = Cli("run", str(tmp_path / "set.yaml"), *argv, "--subnet", "10.84.0.0/24", "--run-dir", str(tmp_path))
+    try:
+        code, lines, err = cli.finish(180)
+    finally:
+        cli.kill()
+    assert code == 0, err
+    set_dir = tmp_path / lines[0].split()[1].rstrip(":")
+    made = subprocess.run([*CLI, "report", str(set_dir)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    context, page = open_offline(browser, set_dir / "report.html")
+    try:
+        assert page.evaluate("window.collapsarReport.ready") is True
+        ids = page.evaluate("window.collapsarReport.charts.map((c) => c.id)")
+        # against the swept value: the flow, the client's p50 and p99; per value: the flow and the client's CDFs
+        assert ids == [
+            "sweep-flow-0",
+            "sweep-p50_ms-0",
+            "sweep-p99_ms-0",
+            "v0-flow-0",
+            "v0-cdf-0",
+            "v1-flow-0",
+            "v1-cdf-0",
+        ]
+        for chart_id, width, count in drawn_charts(page):
+            assert width > 300 and count > 40, (chart_id, width, count)
+        page.screenshot(path=str(shots / "report-set.png"), full_page=True)
+        assert page.problems == [] and page.requests == [(set_dir / "report.html").as_uri()]
     finally:
         context.close()

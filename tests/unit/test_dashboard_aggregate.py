@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from collapsar.dashboard.aggregate import Aggregator, Follower, manager_url, merge
+from collapsar.dashboard.aggregate import RECONNECT_S, Aggregator, Follower, manager_url, merge
 from collapsar.errors import CollapsarError
 from collapsar.manager.status.api import StatusBoard, StatusServer
 from collapsar.manager.status.control import RunControl
@@ -153,3 +153,53 @@ def test_served_like_a_manager(managers):
         agg.close()
         board.close()
         server.stop()
+
+
+# ---- a run's end -----------------------------------------------------------------
+
+
+def ended(run, t_us, instance, at_unix, reason):
+    end = {"at_unix": at_unix, "t_us": t_us, "reason": reason, "exit_code": 0, "run_dir": None, "report": None}
+    return {**snapshot(run, t_us, instance, 0), "state": "ended", "end": end}
+
+
+def test_a_manager_whose_run_ended_is_ended_not_unreachable(managers):
+    board = StatusBoard()
+    agg = Aggregator([managers[0].url], board).start()
+    try:
+        assert wait_for(lambda: board.snapshot()[1]["state"] == "running")
+        last = ended("r1", 9_000_000, "web", 1700000000.5, "every command has exited")
+        managers[0].board.publish(last)
+        managers[0].close()
+        assert wait_for(lambda: board.snapshot()[1]["state"] == "ended")
+        time.sleep(RECONNECT_S + 0.5)  # a follower that tried again would now be unreachable
+        merged = board.snapshot()[1]
+        follower = agg.followers[0]
+        assert (follower.state, follower.error) == ("ended", None)
+        assert merged["managers"][0]["state"] == "ended" and merged["managers"][0]["end"] == last["end"]
+        assert merged["end"] == last["end"] and merged["t_us"] == 9_000_000
+        assert merged["instances"] == [{"name": "web", "status": "up", "network": "up", "host": follower.host}]
+    finally:
+        agg.close()
+
+
+def test_merged_run_ends_when_every_managers_run_has():
+    a, b = Follower("http://a:1", lambda: None), Follower("http://b:2", lambda: None)
+    a.snapshot, a.state = ended("r1", 10, "web", 1700000001.0, "--duration reached"), "ended"
+    b.snapshot, b.state = snapshot("r1", 20, "web-2", 3_000_000), "up"
+    merged = merge([a, b])
+    assert merged["state"] == "running" and "end" not in merged
+    assert [m["end"] for m in merged["managers"]] == [a.snapshot["end"], None]
+    b.snapshot, b.state = ended("r1", 30, "web-2", 1700000002.0, "stopped from the control API"), "ended"
+    merged = merge([a, b])
+    assert merged["state"] == "ended"
+    assert merged["end"]["reason"] == "stopped from the control API"  # the last to end
+    assert [m["state"] for m in merged["managers"]] == ["ended", "ended"]
+
+
+def test_one_ended_and_the_other_unreachable_is_unreachable():
+    a, b = Follower("http://a:1", lambda: None), Follower("http://b:2", lambda: None)
+    a.snapshot, a.state = ended("r1", 10, "web", 1700000001.0, "--duration reached"), "ended"
+    b.state, b.error = "unreachable", "ConnectionRefusedError"
+    assert merge([a, b])["state"] == "unreachable"
+    assert merge([])["state"] == "connecting"

@@ -33,9 +33,16 @@ export async function control(action, body) {
   }
 }
 
+// A run's last snapshot has state "ended": nothing more will come, so the
+// stream is closed here, before the server closes it and the browser would
+// report trouble and try again.
 export function follow(onSnapshot, onTrouble) {
   const source = new EventSource("/stream");
-  source.addEventListener("status", (event) => onSnapshot(JSON.parse(event.data)));
+  source.addEventListener("status", (event) => {
+    const snap = JSON.parse(event.data);
+    if (snap.state === "ended") source.close();
+    onSnapshot(snap);
+  });
   source.onerror = () => onTrouble(source.readyState === EventSource.CLOSED
     ? "status stream closed"
     : "status stream lost (the run ended, or its manager cannot be reached); reconnecting…");

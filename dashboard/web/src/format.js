@@ -38,3 +38,17 @@ export function props(p) {
   if (p.loss_ratio) parts.push(`${+(p.loss_ratio * 100).toFixed(3)}% loss`);
   return parts.join(", ");
 }
+
+// A wall-clock time (unix seconds) in the reader's own time zone.
+export function localTime(unixS) {
+  return new Date(unixS * 1000).toLocaleTimeString();
+}
+
+// The first sentence of the banner at a run's end (the snapshot's `end`).
+export function ended(end) {
+  const when = end.at_unix ? ` at ${localTime(end.at_unix)}` : "";
+  const clock = typeof end.t_us === "number" ? ` (t = ${seconds(end.t_us)})` : "";
+  const why = end.reason ? `: ${String(end.reason).replace(/\.$/, "")}` : "";
+  const code = end.exit_code ? `; exit status ${end.exit_code}` : "";
+  return `Run ended${when}${clock}${why}${code}.`;
+}

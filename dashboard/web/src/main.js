@@ -15,10 +15,22 @@ const view = { topology: null, cy: null, snapshot: null, dirty: false, renders: 
 window.collapsarDashboard = view; // for the browser tests and for curious users
 const chart = new Chart(document.getElementById("chart"));
 
-function banner(text) {
+// The line under the header: trouble (red), or how the run ended ("ended",
+// or "failed" when it ended with an error).  Content is text and el() nodes.
+function banner(content, kind = "") {
   const node = document.getElementById("banner");
-  node.hidden = !text;
-  node.textContent = text || "";
+  node.hidden = !content;
+  node.className = kind ? `banner ${kind}` : "banner";
+  node.replaceChildren(...(content ? [].concat(content) : []));
+}
+
+function endBanner(end) {
+  const parts = [fmt.ended(end)];
+  if (end.report) {
+    parts.push(" Report: ", el("code", { class: "report-command" }, end.report.command),
+      " (writes ", el("code", {}, end.report.path), ")");
+  }
+  banner(parts, end.exit_code ? "failed" : "ended");
 }
 
 function linkName(id) {
@@ -34,12 +46,14 @@ function renderHeader(snap) {
   setText("clock", `t = ${fmt.seconds(snap.t_us || 0)}`);
   document.getElementById("start").disabled = snap.state !== "waiting";
   document.getElementById("stop").disabled = !["running", "waiting"].includes(snap.state);
+  document.getElementById("link-apply").disabled = snap.state === "ended";
   const managers = snap.managers || [];
   fill(document.getElementById("managers"), managers.map((m) => el("span",
     { class: `badge manager ${m.state}`, title: m.error || m.url },
     `${m.host}: ${m.state}${m.error ? " (" + m.error + ")" : ""}`)));
   const down = managers.filter((m) => m.state === "unreachable");
-  if (down.length) banner(`${down.length} manager(s) unreachable: ${down.map((m) => `${m.host}: ${m.error}`).join("; ")}`);
+  if (snap.state === "ended") endBanner(snap.end || {});
+  else if (down.length) banner(`${down.length} manager(s) unreachable: ${down.map((m) => `${m.host}: ${m.error}`).join("; ")}`);
 }
 
 function renderInstances(snap) {
@@ -196,6 +210,7 @@ async function main() {
   [...select_.options].forEach((option, i) => { option.value = String(view.topology.links[i].id); });
   view.cy = createGraph(document.getElementById("graph"), view.topology, select);
   api.follow((snap) => { view.snapshot = snap; view.dirty = true; }, (trouble) => {
+    if (view.snapshot?.state === "ended") return; // the run is over: its stream closing is no trouble
     banner(trouble);
     if (trouble) {
       const state = document.getElementById("state");
