@@ -11,8 +11,9 @@ import os
 import signal
 
 from collapsar.errors import InstanceFailure
-from collapsar.manager.measure import probe
+from collapsar.manager.measure import probe, workload
 from collapsar.manager.measure.flows import flow_table, limited_by
+from collapsar.manager.measure.livework import WorkloadTail
 from collapsar.manager.play.scheduler import percentile
 from collapsar.model import service_of
 
@@ -72,6 +73,39 @@ def report_flows(run) -> None:
         configured = {(src, dst): path for src, core in run.cores.items() for dst, path in core.configured().items()}
     for line in flow_table(flows, configured):
         run.say(line)
+
+
+def close_series(run) -> None:
+    """The series written at the end: events, the probe's RTT, the workload."""
+    run.series.events(f.as_dict() for f in run.player.log)
+    if run.live_probe is not None:
+        run.series.rtt(run.live_probe.rows(run.configured_rtt_ms))
+    clients = {}
+    for instance, start_us in run.started_us.items():
+        records = workload.read_requests(run.rundir.path / workload.TRACE_DIR / f"{instance}.requests.csv")
+        if records is not None:
+            clients[instance] = (start_us, records)
+    run.series.workload(clients)
+    run.series.close()
+
+
+def live_figures(run, now_us: int) -> dict:
+    """The status snapshot's `probe` (each probed pair's last RTT, requests
+    and replies so far, and the RTT configured now) and `workload` (each
+    wl-client's requests and latency histogram so far: measure/livework.py)."""
+    probe = []
+    if run.live_probe is not None:
+        second = max(1, now_us // 1_000_000 + 1)
+        for row in run.live_probe.latest():
+            probe.append({**row, "configured_rtt_ms": run.configured_rtt_ms(second, row["src"], row["dst"])})
+    if run.workload_tail is None:
+        try:
+            folder = os.open(workload.TRACE_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=run.rundir.dir_fd)
+        except OSError:
+            return {"probe": probe, "workload": []}
+        run.workload_tail = WorkloadTail(folder, run.instances)
+    run.workload_tail.poll()
+    return {"probe": probe, "workload": run.workload_tail.figures()}
 
 
 TAIL_LINES = 5  # of a failed instance's log, in the run's verdict

@@ -47,6 +47,7 @@ from collapsar.manager.local.runtime import NamespaceRuntime
 from collapsar.manager.local.supervisor import Launch, Supervisor
 from collapsar.manager.measure import workload
 from collapsar.manager.measure.liveprobe import LiveProbe
+from collapsar.manager.measure.livework import WorkloadTail
 from collapsar.manager.measure.series import SeriesWriter
 from collapsar.manager.measure.throughput import Meter
 from collapsar.manager.run.awake import KeepAwake
@@ -93,6 +94,8 @@ class LocalRun(ManagerRun):
         self.rundir: RunDir
         self.host_net: HostNetwork | None = None
         self.live_probe: LiveProbe | None = None  # --probe-every, from t=0
+        self.workload_tail: WorkloadTail | None = None  # the wl-clients' records as they come
+        self.live: dict = {"probe": [], "workload": []}  # the snapshot's, once a second (outputs.live_figures)
 
     @property
     def supervisor(self) -> Supervisor | None:
@@ -308,7 +311,7 @@ class LocalRun(ManagerRun):
         self.live_probe.start(t0_unix)
         self.say(f"probing {len(pairs)} pairs every {self.options.probe_every_us / 1000:g} ms (series/rtt.csv)")
 
-    def _configured_rtt_ms(self, second: int, src: str, dst: str) -> float | None:
+    def configured_rtt_ms(self, second: int, src: str, dst: str) -> float | None:
         """The RTT both paths of a pair configured in the middle of a second."""
         state = self.timeline.state_at(max(0, second * 1_000_000 - 500_000))
         rtt_us = workload.rtt_in(state, {name: name for name in self.instances})(src, dst)
@@ -371,18 +374,17 @@ class LocalRun(ManagerRun):
             self.live_probe.stop()
 
     def _close_series(self) -> None:
-        if self.series is None:
-            return
-        self.series.events(f.as_dict() for f in self.player.log)
-        if self.live_probe is not None:
-            self.series.rtt(self.live_probe.rows(self._configured_rtt_ms))
-        clients = {}
-        for instance, start_us in self.started_us.items():
-            records = workload.read_requests(self.rundir.path / workload.TRACE_DIR / f"{instance}.requests.csv")
-            if records is not None:
-                clients[instance] = (start_us, records)
-        self.series.workload(clients)
-        self.series.close()
+        if self.workload_tail is not None:
+            self.workload_tail.close()
+        if self.series is not None:
+            outputs.close_series(self)
+
+    def write_series(self, now_us: int) -> None:
+        super().write_series(now_us)
+        self.live = outputs.live_figures(self, now_us)  # once a second, as the series
+
+    def live_figures(self) -> dict:
+        return self.live
 
     def torn_down(self, failures: list[str]) -> None:
         """Failures leave the journal unfinished, so `collapsar cleanup` can retry."""

@@ -57,6 +57,7 @@ class LiveProbe:
         self._procs: list[tuple[tuple[str, str], subprocess.Popen]] = []
         self._echoes: dict[tuple[str, str], list[tuple[int, float, float]]] = {}  # pair -> (seq, sent s, RTT ms)
         self._started_s: dict[tuple[str, str], float] = {}  # pair -> experiment time its ping started
+        self._latest: dict[tuple[str, str], tuple[float, int, int]] = {}  # pair -> (last RTT ms, top seq, replies)
         self.t0_unix_s = 0.0
         self._stopped_s = 0.0  # experiment time of stop()
         self._thread: threading.Thread | None = None
@@ -103,7 +104,19 @@ class LiveProbe:
             return  # ping's header and summary
         rtt_ms = float(echo.group(3))
         sent_s = float(echo.group(1)) - rtt_ms / 1000 - self.t0_unix_s  # its echo request left then
-        self._echoes.setdefault(pair, []).append((int(echo.group(2)), sent_s, rtt_ms))
+        seq = int(echo.group(2))
+        self._echoes.setdefault(pair, []).append((seq, sent_s, rtt_ms))
+        _, top, replies = self._latest.get(pair, (0.0, 0, 0))
+        self._latest[pair] = (rtt_ms, max(top, seq), replies + 1)
+
+    def latest(self) -> list[dict]:
+        """Per pair so far: the last echo's RTT (ms), the echo requests up to
+        the last one answered (ping's icmp_seq) and the replies, for the
+        status snapshot and /metrics while the run goes."""
+        rows = []
+        for (src, dst), (rtt_ms, requests, replies) in sorted(self._latest.items()):
+            rows.append({"src": src, "dst": dst, "rtt_ms": rtt_ms, "requests": requests, "replies": replies})
+        return rows
 
     def stop(self, now_unix_s: float | None = None) -> None:
         self._stopped_s = (time.time() if now_unix_s is None else now_unix_s) - self.t0_unix_s

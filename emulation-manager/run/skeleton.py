@@ -321,6 +321,11 @@ class ManagerRun:
     def snapshot(self, now_us: int) -> dict:
         return status_snapshot(self, now_us)
 
+    def live_figures(self) -> dict:
+        """The snapshot's `probe` and `workload` (the mode's, where it has
+        them: local mode's in-run probe and wl-client records)."""
+        return {"probe": [], "workload": []}
+
     def places(self) -> Mapping[str, Place]:
         """Where each instance's network is, as far as this host knows now."""
         raise NotImplementedError

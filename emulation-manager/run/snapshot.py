@@ -17,6 +17,13 @@ these fields; a field added here is added there.
              fire), upcoming (the next of them: at_us and label)
   links, flows  the topology's links with their load, and each flow with its
              configured rate (status/topoview.py), for the dashboard
+  probe      with --probe-every (local mode), per probed pair: src, dst,
+             rtt_ms (its last echo), requests (up to the last one answered),
+             replies, configured_rtt_ms (now; null: no path both ways)
+  workload   per wl-client (local mode): client, requests by status (ok,
+             err, timeout) and its OK requests' latency histogram so far
+             (latency_buckets_s, latency_cumulative, latency_count,
+             latency_sum_s: measure/livework.py); updated once a second
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ class RunView(Protocol):
     def mode(self) -> str: ...
     def places(self) -> Mapping[str, Place]: ...
     def instance_extras(self) -> Mapping[str, dict]: ...
+    def live_figures(self) -> dict: ...
 
 
 def run_state(run: RunView) -> str:
@@ -109,6 +117,7 @@ def status_snapshot(run: RunView, now_us: int) -> dict:
             "upcoming": player.upcoming(),
         },
         **run.live_view(run.timeline.state_at(now_us), flows),
+        **run.live_figures(),
     }
 
 

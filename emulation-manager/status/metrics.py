@@ -18,6 +18,14 @@ seconds for times, `_ratio` for fractions), `_total` for counters.
   collapsar_link_utilisation_ratio{...}                    load / capacity
   collapsar_events_applied, collapsar_events_pending       timeline steps
   collapsar_event_lateness_seconds                         histogram of the applied steps' lateness
+  collapsar_probe_rtt_seconds{src,dst}                     --probe-every: the pair's last echo's RTT
+  collapsar_probe_configured_rtt_seconds{src,dst}          the RTT its paths configure now
+  collapsar_probe_requests_total{src,dst}                  echo requests up to the last answered one
+  collapsar_probe_replies_total{src,dst}                   echoes answered (loss over a window:
+                                                           1 - rate(replies) / rate(requests))
+  collapsar_workload_requests_total{client,status}         wl-client requests by status (ok, err, timeout)
+  collapsar_workload_latency_seconds{client}               histogram of its OK requests' latency
+                                                           (p99: histogram_quantile(0.99, rate(..._bucket[1m])))
   collapsar_throughput_bps, collapsar_experiment_time_us,
   collapsar_event_lateness_max_us                          (older names, kept)
 """
@@ -47,6 +55,66 @@ class _Exposition:
         """A metric family: its HELP and TYPE, then (labels, value) samples."""
         self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         self.lines += [f"{name}{labels} {_number(value)}" for labels, value in samples]
+
+
+def _histogram(out: _Exposition, name: str, help_text: str, rows: list[tuple[dict, list, list, int, float]]) -> None:
+    """A histogram family: per (labels, bounds, cumulative counts, count, sum)."""
+    out.family(name, "histogram", help_text, [])
+    for labels, bounds, cumulative, count, total in rows:
+        for bound, below in zip(bounds, cumulative):
+            out.lines.append(f"{name}_bucket{_labels(**labels, le=f'{bound:g}')} {below}")
+        out.lines.append(f"{name}_bucket{_labels(**labels, le='+Inf')} {count}")
+        out.lines.append(f"{name}_sum{_labels(**labels)} {_number(total)}")
+        out.lines.append(f"{name}_count{_labels(**labels)} {count}")
+
+
+def _probe(out: _Exposition, rows: list[dict]) -> None:
+    pair = lambda r: _labels(src=r["src"], dst=r["dst"])  # noqa: E731
+    out.family(
+        "collapsar_probe_rtt_seconds",
+        "gauge",
+        "The probed pair's last echo's round-trip time",
+        [(pair(r), r["rtt_ms"] / 1000) for r in rows],
+    )
+    out.family(
+        "collapsar_probe_configured_rtt_seconds",
+        "gauge",
+        "The round-trip time the pair's paths configure now",
+        [(pair(r), r["configured_rtt_ms"] / 1000) for r in rows if r.get("configured_rtt_ms") is not None],
+    )
+    out.family(
+        "collapsar_probe_requests_total",
+        "counter",
+        "Echo requests sent up to the last one answered",
+        [(pair(r), r["requests"]) for r in rows],
+    )
+    out.family(
+        "collapsar_probe_replies_total", "counter", "Echo requests answered", [(pair(r), r["replies"]) for r in rows]
+    )
+
+
+def _workload(out: _Exposition, clients: list[dict]) -> None:
+    out.family(
+        "collapsar_workload_requests_total",
+        "counter",
+        "wl-client requests resolved, by status",
+        [(_labels(client=c["client"], status=status), n) for c in clients for status, n in c["requests"].items()],
+    )
+    _histogram(
+        out,
+        "collapsar_workload_latency_seconds",
+        "Latency of the wl-client's successful requests",
+        [
+            (
+                {"client": c["client"]},
+                c["latency_buckets_s"],
+                c["latency_cumulative"],
+                c["latency_count"],
+                c["latency_sum_s"],
+            )
+            for c in clients
+        ],
+    )
 
 
 def metrics_text(snapshot: dict) -> str:
@@ -164,6 +232,8 @@ def metrics_text(snapshot: dict) -> str:
         f"collapsar_event_lateness_seconds_sum {_number(sum(late_s))}",
         f"collapsar_event_lateness_seconds_count {len(late_s)}",
     ]
+    _probe(out, snapshot.get("probe", []))
+    _workload(out, snapshot.get("workload", []))
     # Older names, kept for whoever scrapes them already.
     out.family(
         "collapsar_throughput_bps",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import os
+import time
+import urllib.request
 
 import pytest
 from test_local_support import Cli, run_id_of
@@ -32,8 +34,13 @@ def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("series")
     (tmp / "series.yaml").write_text(TOPOLOGY)
     argv = ["run", str(tmp / "series.yaml"), "--duration", "4s", "--probe-every", "100ms"]
-    cli = Cli(*argv, "--run-dir", str(tmp / "runs"), "--status-port", "-1")
+    cli = Cli(*argv, "--run-dir", str(tmp / "runs"))
     try:
+        cli.wait_line("probing 6 pairs", 60)  # at t=0
+        status = next(line for line in cli.lines if line.startswith("status: "))
+        time.sleep(3.2)  # past b's disconnect at 2.5 s
+        with urllib.request.urlopen(status.split()[1].replace("/status", "/metrics"), timeout=5) as reply:
+            metrics = reply.read().decode()
         code, lines, stderr = cli.finish(90)
     finally:
         cli.kill()
@@ -42,7 +49,7 @@ def run(tmp_path_factory):
     for name in ("rtt", "events", "flows", "links", "workload"):
         with open(run_dir / "series" / f"{name}.csv", newline="") as handle:
             tables[name] = list(csv.DictReader(handle))
-    return {"code": code, "lines": lines, "stderr": stderr, "tables": tables}
+    return {"code": code, "lines": lines, "stderr": stderr, "tables": tables, "metrics": metrics}
 
 
 def test_the_run_says_what_it_probes_and_leaves_no_ping_behind(run):
@@ -103,3 +110,19 @@ def test_the_other_series_exist_with_their_headers(run):
     assert {(r["link"], r["a"], r["b"]) for r in links} == {("0", "a", "sw"), ("1", "b", "sw"), ("2", "c", "sw")}
     assert {r["direction"] for r in links} == {"up", "down"}
     assert all(r["capacity_bps"] == "100000000" and 0 < int(r["load_bps"]) < 100_000 for r in links)
+
+
+def test_metrics_show_the_probe_while_the_run_goes(run):
+    samples = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in run["metrics"].splitlines()
+        if line.startswith("collapsar_probe_")
+    }
+    ab, ac = '{src="a",dst="b"}', '{src="a",dst="c"}'
+    # about 32 echo requests by 3.2 s at 100 ms, all answered until b's disconnect at 2.5 s
+    assert 20 <= samples[f"collapsar_probe_requests_total{ab}"] <= 33
+    assert 20 <= samples[f"collapsar_probe_replies_total{ab}"] <= 26
+    assert samples[f"collapsar_probe_rtt_seconds{ab}"] < 0.001  # veth, no delay
+    assert f"collapsar_probe_configured_rtt_seconds{ab}" not in samples  # cut now
+    assert samples[f"collapsar_probe_configured_rtt_seconds{ac}"] == 0  # c joined at 1.5 s
+    assert 8 <= samples[f"collapsar_probe_replies_total{ac}"] <= 18

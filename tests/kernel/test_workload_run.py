@@ -12,6 +12,7 @@ import csv
 import json
 import subprocess
 import time
+import urllib.request
 
 import pytest
 from test_local_support import CLI, Cli, host_snapshot, read_json, run_id_of
@@ -73,12 +74,17 @@ def run(tmp_path_factory):
     try:
         cli.wait_line("all 2 instances up", 120)
         up = time.monotonic()
+        status = next((line for line in cli.lines if line.startswith("status: ")), None) or cli.wait_line("status: ")
+        # while the run goes: chain's 20 requests are done (1-3 s), doomed's under way (5-9 s)
+        time.sleep(max(0.0, 8.5 - (time.monotonic() - up)))
+        with urllib.request.urlopen(status.split()[1].replace("/status", "/metrics"), timeout=5) as reply:
+            metrics = reply.read().decode()
         code, lines, stderr = cli.finish(120)
         ended_s = time.monotonic() - up
     finally:
         cli.kill()
     run_dir = tmp / "runs" / run_id_of(lines)
-    return {"code": code, "lines": lines, "stderr": stderr, "dir": run_dir, "ended_s": ended_s}
+    return {"code": code, "lines": lines, "stderr": stderr, "dir": run_dir, "ended_s": ended_s, "metrics": metrics}
 
 
 def workload_line(run, instance: str) -> str:
@@ -273,3 +279,16 @@ def test_commands_that_fail_on_their_own_fail_the_run_with_their_last_lines(tmp_
     assert "stopping: duration reached" in lines and any(line.startswith("torn down: ") for line in lines)
     assert not {i["netns"] for i in read_json(run_dir / "plan.json")["instances"]} & host_snapshot()["netns"]
     assert json.loads((run_dir / "journal.jsonl").read_text().splitlines()[-1])["kind"] == "finished"
+
+
+def test_metrics_show_each_clients_requests_and_latency_while_the_run_goes(run):
+    samples = [line for line in run["metrics"].splitlines() if not line.startswith("#")]
+    assert 'collapsar_workload_requests_total{client="chain",status="ok"} 20' in samples
+    assert 'collapsar_workload_latency_seconds_count{client="chain"} 20' in samples
+    # two 1 ms computes on its path: no OK request of chain under 2 ms, all under 50 ms
+    assert 'collapsar_workload_latency_seconds_bucket{client="chain",le="0.002"} 0' in samples
+    assert 'collapsar_workload_latency_seconds_bucket{client="chain",le="0.05"} 20' in samples
+    doomed = [
+        line for line in samples if line.startswith('collapsar_workload_requests_total{client="doomed",status="ok"}')
+    ]
+    assert len(doomed) == 1 and 0 < int(doomed[0].split()[-1]) < 40  # under way

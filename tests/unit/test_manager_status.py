@@ -282,3 +282,40 @@ def test_without_control_or_page_those_routes_are_404(server):
     assert request(srv, "POST", "/control/stop", b"{}", {"Authorization": "Bearer x"})[0] == 404
     assert request(srv, "GET", "/dashboard/")[0] == 404
     assert request(srv, "GET", "/topology")[0] == 404
+
+
+def test_metrics_of_the_live_probe_and_the_workload():
+    snapshot = {
+        "probe": [
+            {"src": "a", "dst": "b", "rtt_ms": 20.5, "requests": 10, "replies": 9, "configured_rtt_ms": 20.0},
+            {"src": "b", "dst": "c", "rtt_ms": 1.0, "requests": 3, "replies": 3, "configured_rtt_ms": None},
+        ],
+        "workload": [
+            {
+                "client": "wc",
+                "requests": {"ok": 3, "err": 1, "timeout": 0},
+                "latency_buckets_s": [0.001, 0.01],
+                "latency_cumulative": [1, 2],
+                "latency_count": 3,
+                "latency_sum_s": 0.5115,
+            }
+        ],
+    }
+    lines = metrics_text(snapshot).splitlines()
+    samples = [line for line in lines if not line.startswith("#")]
+    for expected in (
+        'collapsar_probe_rtt_seconds{src="a",dst="b"} 0.0205',
+        'collapsar_probe_configured_rtt_seconds{src="a",dst="b"} 0.02',
+        'collapsar_probe_requests_total{src="a",dst="b"} 10',
+        'collapsar_probe_replies_total{src="a",dst="b"} 9',
+        'collapsar_workload_requests_total{client="wc",status="ok"} 3',
+        'collapsar_workload_requests_total{client="wc",status="err"} 1',
+        'collapsar_workload_latency_seconds_bucket{client="wc",le="0.001"} 1',
+        'collapsar_workload_latency_seconds_bucket{client="wc",le="0.01"} 2',
+        'collapsar_workload_latency_seconds_bucket{client="wc",le="+Inf"} 3',
+        'collapsar_workload_latency_seconds_sum{client="wc"} 0.5115',
+        'collapsar_workload_latency_seconds_count{client="wc"} 3',
+    ):
+        assert expected in samples, expected
+    assert not any(line.startswith('collapsar_probe_configured_rtt_seconds{src="b"') for line in samples)
+    assert "# TYPE collapsar_workload_latency_seconds histogram" in lines

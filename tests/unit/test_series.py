@@ -235,3 +235,39 @@ def test_live_probe_counts_an_echo_in_the_second_it_was_sent_and_a_cut_as_lost()
         (4, "a", "b", 2, 0),
         (5, "a", "b", 2, 1),
     ]
+
+
+def test_live_probe_latest_counts_requests_and_replies():
+    from collapsar.manager.measure.liveprobe import LiveProbe
+
+    probe = LiveProbe([("a", "b")], {}, {}, interval_s=0.5)
+    probe.t0_unix_s = 1000.0
+    for line in (
+        "[1000.060000] 64 bytes from 10.0.0.3: icmp_seq=1 ttl=64 time=50.0 ms",
+        "[1001.060000] 64 bytes from 10.0.0.3: icmp_seq=3 ttl=64 time=40.0 ms",  # seq 2 lost
+    ):
+        probe.take(("a", "b"), line)
+    assert probe.latest() == [{"src": "a", "dst": "b", "rtt_ms": 40.0, "requests": 3, "replies": 2}]
+
+
+def test_workload_tail_reads_what_clients_append_and_never_a_planted_file(tmp_path):
+    from collapsar.manager.measure.livework import LATENCY_BUCKETS_S, WorkloadTail
+
+    (tmp_path / "wc.requests.csv").write_text("send_us,latency_us,status,thread,session\n1,800,OK,0,0\n2,1500,OK,0")
+    (tmp_path / "secret").write_text("1,5,OK,0,0\n")
+    (tmp_path / "evil.requests.csv").symlink_to(tmp_path / "secret")
+    os.mkfifo(tmp_path / "fifo.requests.csv")
+    tail = WorkloadTail(os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY), ["wc", "evil", "fifo"])
+    tail.poll()
+    (wc,) = tail.figures()
+    assert wc["requests"] == {"ok": 1, "err": 0, "timeout": 0}  # the second line is not whole yet
+    with open(tmp_path / "wc.requests.csv", "a") as handle:
+        handle.write(",0\n3,30000,ERR,0,0\n4,2000000,OK,0,0\n5,250000,TIMEOUT,0,0\n")
+    tail.poll()
+    (wc,) = tail.figures()
+    assert wc["requests"] == {"ok": 3, "err": 1, "timeout": 1}
+    assert wc["latency_count"] == 3 and wc["latency_sum_s"] == 2.0023
+    at = dict(zip(LATENCY_BUCKETS_S, wc["latency_cumulative"]))
+    assert (at[0.0005], at[0.001], at[0.002], at[1.0], at[2.0]) == (0, 1, 2, 2, 3)
+    assert tail.refused == {"evil": "a symlink", "fifo": "not a regular file"}
+    tail.close()
