@@ -17,9 +17,10 @@ midway keeps what it measured); events.csv is written at the end.
   links.csv   t_s, link, a, b, direction, capacity_bps, load_bps, utilisation
               one row per link and direction that carried a flow in the
               second before t_s: the link as written (its index in
-              /topology, its ends, "up" for a -> b), its rate then, and the
-              load of its busiest instance-level link from the measured
-              rates (status/topoview.py), with or without sharing
+              /topology, its ends, "up" for a -> b), its rate in the middle
+              of that second, and the load of its busiest instance-level
+              link from the measured rates (status/topoview.py), with or
+              without sharing
   events.csv  index, scheduled_s, applied_s, lateness_us, label, error, adhoc
               one row per timeline step applied
   rtt.csv     t_s, src, dst, sent, received, rtt_min_ms, rtt_median_ms,

@@ -275,7 +275,10 @@ class ManagerRun:
         assert self.series is not None
         rates = self.meter.rates_now() if self.meter is not None else {}
         flows = [{"src": src, "dst": dst, "rate_bps": rate} for (src, dst), rate in rates.items()]
-        view = self.live_view(self.timeline.state_at(max(0, now_us)), flows)
+        # The links as they stood in the middle of the second the rates were
+        # measured over: a rate that changed at its start is not divided
+        # into the load of the second before.
+        view = self.live_view(self.timeline.state_at(max(0, now_us - 500_000)), flows)
         sharing = self.sharing.status() if self.sharing is not None else None
         self.series.second(now_us, rates, self.configured_rate, self.allowed_rate, sharing, view["links"])
 
