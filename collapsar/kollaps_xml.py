@@ -259,25 +259,41 @@ class _Translator:
     # ---- links and schedules -----------------------------------------------
 
     def links(self, elements: list[ET.Element]) -> list[Node]:
-        """Kollaps may write a two-way link as two one-way links, one each way;
-        Collapsar has one link per pair, so such twins become one link."""
+        """Kollaps writes a link that differs between its directions as two
+        one-way links, one each way; Collapsar has one link per pair, so
+        such twins become one link."""
         one_way = {(e.get("origin"), e.get("dest")): e for e in elements if "download" not in e.attrib}
         nodes, merged = [], set()
         for element in elements:
             if id(element) in merged:
                 continue
-            node = self.link(element)
             twin = one_way.get((element.get("dest"), element.get("origin")))
-            if "download" not in element.attrib and twin is not None and twin is not element:
-                same = all(element.get(key) == twin.get(key) for key in ("latency", "jitter", "drop"))
-                if same:
-                    merged.add(id(twin))
-                    del node.value["direction"]
-                    if "upload" in twin.attrib:
-                        node.value["down"] = self.scalar(twin, twin.get("upload"))
-                        node.key_lines["down"] = self.tree.line(twin)
-            nodes.append(node)
+            if "download" in element.attrib or twin is None or twin is element:
+                nodes.append(self.link(element))
+            else:
+                merged.add(id(twin))
+                nodes.append(self.twins(element, twin))
         return nodes
+
+    def twins(self, element: ET.Element, twin: ET.Element) -> Node:
+        """One link from two one-way links in opposite directions: what they
+        share for both directions, the rest under up (`element`'s) and down."""
+        sides = []
+        for one in (element, twin):
+            label = f"link {one.get('origin', '?')} -> {one.get('dest', '?')}"
+            props = self.link_props(one, self.attributes(one, label), label)
+            if "up" in props:
+                props["bandwidth"] = props.pop("up")  # a direction's own rate
+            sides.append(props)
+        up, down = sides
+        shared = {key: node for key, node in up.items() if key in down and down[key].text == node.text}
+        body = {"from": self.scalar(element, element.get("origin")), "to": self.scalar(element, element.get("dest"))}
+        body.update(shared)
+        for key, one, props in (("up", element, up), ("down", twin, down)):
+            apart = {name: node for name, node in props.items() if name not in shared}
+            if apart:
+                body[key] = self.mapping(one, apart)
+        return self.mapping(element, body)
 
     def link(self, element: ET.Element) -> Node:
         label = f"link {element.get('origin', '?')} -> {element.get('dest', '?')}"
@@ -335,11 +351,20 @@ class _Translator:
                 if "download" not in attributes:
                     body["direction"] = self.scalar(element, "one-way")
         elif props:
-            body["set"] = self.mapping(element, props)
+            body["set"] = self.mapping(element, self.change(element, props, "download" in attributes))
         else:
             self.report.add(line, f"{label}: schedule needs an action or link properties")
             return None
         return self.mapping(element, body)
+
+    def change(self, element: ET.Element, props: dict[str, Node], both_ways: bool) -> dict[str, Node]:
+        """A link change without `download` acts, in Kollaps, on the
+        direction from origin to dest alone: `up` of the `set`."""
+        if both_ways:
+            return props
+        if "up" in props:
+            props["bandwidth"] = props.pop("up")
+        return {"up": self.mapping(element, props)}
 
     def named_event(
         self, element: ET.Element, attributes: dict[str, str], body: dict[str, Node], seconds: float

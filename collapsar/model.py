@@ -68,6 +68,7 @@ class Service:
     env: Mapping[str, str] = field(default_factory=dict)
     workdir: str | None = None
     cpus: float | None = None
+    cpuset: tuple[int, ...] | None = None  # the CPU numbers its instances may run on, sorted
     memory_bytes: int | None = None
     where: Where | None = None
     # Not compared: a command compiled from `workload:` is the same service

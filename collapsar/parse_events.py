@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from collapsar import parse_common as pc
 from collapsar.model import instance_parts
 from collapsar.parse_common import Elements, Report
-from collapsar.parse_links import LINK_KEYS, PROP_KEYS, PropValues, read_direction, read_props
+from collapsar.parse_link_props import PROP_KEYS, PropValues, read_props
+from collapsar.parse_links import LINK_KEYS, read_direction
 from collapsar.presence import Pending, fmt_time
 from collapsar.units import parse_duration_us
 from collapsar.yamlsrc import Node
@@ -262,7 +263,7 @@ def _set_values(report: Report, node: Node, label: str) -> PropValues | None:
     if pc.mapping(report, node, label) is None:
         return None
     pc.check_keys(report, node, PROP_KEYS, label)
-    if not any(key in node.value for key in PROP_KEYS):
+    if not node.value:
         report.add(node.line, f"{label}: expected at least one of {', '.join(PROP_KEYS)}")
         return None
     return read_props(report, node, label)

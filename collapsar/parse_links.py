@@ -1,124 +1,37 @@
-"""The `links:` block, and the link properties that events reuse.
+"""The `links:` block: each entry read into a `LinkSpec`.
 
 A link joins two elements (services or bridges).  It is two-way unless
-`direction: one-way`; `up` is the rate from `from` to `to`, `down` the rate
-back, `bandwidth` both.  Latency, jitter and loss apply to each direction.
+`direction: one-way`.  Its properties (`collapsar.parse_link_props`) apply
+to both directions, or under `up` (from `from` to `to`) and `down` (back) to
+one: `up: 50Mbps` is the rate that way, `up: {latency: 30ms}` any property.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
-
 from collapsar import parse_common as pc
-from collapsar.model import DISTRIBUTIONS, JitterDistribution, LinkProps, LinkSpec
+from collapsar.errors import Where
+from collapsar.model import LinkProps, LinkSpec
 from collapsar.parse_common import Elements, Report
-from collapsar.units import format_duration_us, parse_link_delay_us, parse_loss_ratio, parse_rate_bps
+from collapsar.parse_link_props import DIRECTIONS, PROP_KEYS, Direction, PropValues, check_props, read_props
 from collapsar.yamlsrc import Node
 
-PROP_KEYS = ("latency", "jitter", "distribution", "loss", "bandwidth", "up", "down")
 LINK_KEYS = ("from", "to", *PROP_KEYS, "direction")
-# The key that sets each shaping field of both directions (LinkProps); the
-# rate is per direction: `bandwidth`, or `up` and `down`.
-KEY_OF_FIELD = {"delay_us": "latency", "jitter_us": "jitter", "distribution": "distribution", "loss_ratio": "loss"}
-_PARSERS = {
-    "latency": parse_link_delay_us,
-    "jitter": parse_link_delay_us,
-    "loss": parse_loss_ratio,
-    "bandwidth": parse_rate_bps,
-    "up": parse_rate_bps,
-    "down": parse_rate_bps,
-}
 
 
-@dataclass
-class PropValues:
-    """Link properties as written, each None when absent; `lines` says where."""
-
-    latency: int | None = None
-    jitter: int | None = None
-    distribution: JitterDistribution | None = None
-    loss: float | None = None
-    bandwidth: int | None = None
-    up: int | None = None
-    down: int | None = None
-    lines: dict[str, int] = field(default_factory=dict)
-
-    def shaping(self) -> dict[str, Any]:
-        """The shaping fields written here but the rate, by LinkProps field name."""
-        written = {name: getattr(self, key) for name, key in KEY_OF_FIELD.items()}
-        return {name: value for name, value in written.items() if value is not None}
-
-    def jitter_line(self, fallback: int) -> int:
-        """Where a problem of the jitter is reported: at the jitter, else at the latency."""
-        return self.lines.get("jitter", self.lines.get("latency", fallback))
-
-
-def read_props(report: Report, node: Node, label: str) -> PropValues | None:
-    """Read the property keys of `node` (a mapping); None if any is invalid."""
-    values = PropValues()
-    ok = True
-    for key in PROP_KEYS:
-        item = node.value.get(key)
-        if item is None:
-            continue
-        values.lines[key] = item.line
-        value: object
-        if key == "distribution":
-            value = pc.choice(report, item, f"{label}: distribution", DISTRIBUTIONS)
-        else:
-            value = pc.unit(report, item, f"{label}: {key}", _PARSERS[key])
-        ok = ok and value is not None
-        setattr(values, key, value)
-    if values.bandwidth is not None and (values.up is not None or values.down is not None):
-        other = "up" if values.up is not None else "down"
-        report.add(values.lines[other], f"{label}: use either bandwidth (both directions) or up/down, not both")
-        ok = False
-    return values if ok else None
-
-
-def check_jitter(report: Report, values: PropValues, props: LinkProps, label: str, line: int) -> bool:
-    """The jitter of `props` (a link as written, or as a `set` written as
-    `values` leaves it) has a latency to vary around, and a distribution
-    written in `values` has a jitter to shape."""
-    if props.jitter_lacks_delay:
-        report.add(line, f"{label}: jitter needs a latency")
-        return False
-    if values.distribution is not None and not props.jitter_us:
-        report.add(values.lines["distribution"], f"{label}: distribution needs a jitter")
-        return False
-    return True
-
-
-def check_delays(report: Report, line: int, label: str, delay_us: int, jitter_us: int) -> bool:
-    """Jitter above the delay would make netem clip negative delays to zero,
-    which silently changes both the mean and the distribution: reject it."""
-    if jitter_us > delay_us:
-        report.add(
-            line,
-            f"{label}: jitter ({format_duration_us(jitter_us)}) must not exceed "
-            f"the latency ({format_duration_us(delay_us)}); delays below zero "
-            "would be clipped",
-        )
-        return False
-    return True
-
-
-def build_spec(report: Report, a: str, b: str, values: PropValues, one_way: bool, label: str, where) -> LinkSpec | None:
+def build_spec(
+    report: Report, a: str, b: str, values: PropValues, one_way: bool, label: str, where: Where
+) -> LinkSpec | None:
     """A whole new link from its written properties."""
-    common = LinkProps(**values.shaping())
-    line = values.jitter_line(0)
-    if not check_jitter(report, values, common, label, line):
+    if one_way and values.down.values:
+        line = values.down.line(values.down.lines, where.line)
+        report.add(line, f"{label}: a one-way link has no down direction; use up or bandwidth")
         return None
-    if one_way and values.down is not None:
-        report.add(values.lines["down"], f"{label}: a one-way link has no down direction; use up or bandwidth")
+    directions: tuple[Direction, ...] = DIRECTIONS[:1] if one_way else DIRECTIONS
+    written = {direction: values.toward(direction) for direction in directions}
+    props = {direction: LinkProps(**written[direction].shaping()) for direction in directions}
+    if not check_props(report, written, props, label, where.line):
         return None
-    if not check_delays(report, line, label, common.delay_us, common.jitter_us):
-        return None
-    both = values.bandwidth
-    up = replace(common, rate_bps=both if both is not None else values.up)
-    down = None if one_way else replace(common, rate_bps=both if both is not None else values.down)
-    return LinkSpec(a, b, up, down, where)
+    return LinkSpec(a, b, props["up"], props.get("down"), where)
 
 
 def read_direction(report: Report, node: Node, label: str) -> bool | None:

@@ -34,12 +34,13 @@ from collapsar.parse_events import parse_events
 from collapsar.parse_links import parse_links
 from collapsar.parse_workload import compile_workload
 from collapsar.presence import resolve
+from collapsar.resources import parse_cpu_list
 from collapsar.units import parse_duration_us, parse_size_bytes
 from collapsar.yamlsrc import Node, load
 
 TOP_KEYS = ("experiment", "services", "bridges", "links", "events")
 SETTINGS_KEYS = ("name", "period", "paths", "seed", "wire-overhead")
-SERVICE_KEYS = ("command", "workload", "image", "replicas", "env", "workdir", "cpus", "memory")
+SERVICE_KEYS = ("command", "workload", "image", "replicas", "env", "workdir", "cpus", "cpuset", "memory")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -218,6 +219,8 @@ def _service(report: Report, name: str, body: Node, label: str, line: int) -> Se
         values["env"] = _env(report, fields["env"], f"{label}: env")
     if "cpus" in fields:
         values["cpus"] = _cpus(report, fields["cpus"], f"{label}: cpus")
+    if "cpuset" in fields:
+        values["cpuset"] = pc.unit(report, fields["cpuset"], f"{label}: cpuset", parse_cpu_list)
     if "memory" in fields:
         values["memory_bytes"] = pc.unit(report, fields["memory"], f"{label}: memory", parse_size_bytes)
     if not (fields.get("command") or fields.get("workload") or fields.get("image")):

@@ -34,7 +34,8 @@ from collapsar.model import (
     instance_name,
 )
 from collapsar.parse_common import Elements, Report
-from collapsar.parse_links import PropValues, build_spec, check_delays, check_jitter
+from collapsar.parse_link_props import DIRECTIONS, Direction, PropValues, check_props
+from collapsar.parse_links import build_spec
 from collapsar.units import format_duration_us
 
 
@@ -271,34 +272,29 @@ class _Replay:
             self.fail(p, f"the link left at {fmt_time(link.left_at)}; it must join first")
             return None
         spec, values = link.spec, _given(p.changes, "changes")
+        # Directions as the event names them (`up` from its first name), so
+        # that messages say what the user wrote.
         reverse = p.pair != (spec.a, spec.b)
-        if spec.down is None and (values.down is not None or (reverse and values.up is not None)):
+        forward: Direction = "down" if reverse else "up"  # the direction from spec.a to spec.b
+        backward: Direction = "up" if reverse else "down"
+        now: dict[Direction, LinkProps | None] = {forward: spec.up, backward: spec.down}
+        missing = [d for d in DIRECTIONS if now[d] is None]
+        if missing and values.under(missing[0]).values:
             self.report.add(
                 p.line,
                 f"{p.label}: the link is one-way from {spec.a} to {spec.b}; "
-                f"set its rate with bandwidth, or up on [{spec.a}, {spec.b}]",
+                f"set it without up and down, or with up on [{spec.a}, {spec.b}]",
             )
             return None
-        up_rate, down_rate = (values.down, values.up) if reverse else (values.up, values.down)
-        up = values.shaping()
-        down = dict(up) if spec.down is not None else {}
-        directions = [(up, up_rate)] + ([(down, down_rate)] if spec.down is not None else [])
-        for changes, rate in directions:
-            if values.bandwidth is not None or rate is not None:
-                changes["rate_bps"] = values.bandwidth if values.bandwidth is not None else rate
-        new_up = replace(spec.up, **up)
-        new_down = replace(spec.down, **down) if spec.down is not None else None
-        if not self._props_ok(p, new_up):
+        written = {d: values.toward(d) for d in DIRECTIONS if d not in missing}
+        new = {d: replace(props, **written[d].shaping()) for d in DIRECTIONS if (props := now[d]) is not None}
+        if not check_props(self.report, written, new, p.label, p.line):
             return None
-        link.spec = replace(spec, up=new_up, down=new_down)
-        return LinkSetEvent(p.at_us, spec.a, spec.b, up, down, self.report.where(p.line))
-
-    def _props_ok(self, p: Pending, props: LinkProps) -> bool:
-        changes = _given(p.changes, "changes")
-        line = changes.jitter_line(p.line)
-        if not check_jitter(self.report, changes, props, p.label, line):
-            return False
-        return check_delays(self.report, line, p.label, props.delay_us, props.jitter_us)
+        link.spec = replace(spec, up=new[forward], down=new.get(backward))
+        changes = {d: w.shaping() for d, w in written.items()}
+        return LinkSetEvent(
+            p.at_us, spec.a, spec.b, changes[forward], changes.get(backward, {}), self.report.where(p.line)
+        )
 
     # ---- partitions --------------------------------------------------------
 

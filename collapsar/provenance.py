@@ -39,13 +39,16 @@ def _source_commit() -> str | None:
     commit = _first_line(["git", "-C", str(checkout), "rev-parse", "HEAD"])
     if commit is None or len(commit) != 40:
         return None
-    status = subprocess.run(
-        ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-        timeout=PROBE_TIMEOUT_S,
-        check=False,
-    )
+    try:  # slow on a checkout the VM shares over 9p with a cold cache: the run goes on without it
+        status = subprocess.run(
+            ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return commit
     return commit + ("+dirty" if status.returncode == 0 and status.stdout.strip() else "")
 
 

@@ -11,10 +11,10 @@ some instances names them (`instance: [web-2, web-4]`).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import yaml
 
-from collapsar.errors import CollapsarError
 from collapsar.model import (
     DEFAULT_PERIOD_US,
     BridgeEvent,
@@ -28,7 +28,8 @@ from collapsar.model import (
     Service,
     ServiceEvent,
 )
-from collapsar.parse_links import KEY_OF_FIELD
+from collapsar.parse_link_props import FIELD_OF_KEY
+from collapsar.resources import format_cpu_list
 from collapsar.units import format_duration_us, format_rate_bps
 
 _PLAIN = re.compile(r"^(?:[A-Za-z0-9_./]|-(?=[A-Za-z0-9]))[A-Za-z0-9_./@+=-]*$")
@@ -92,7 +93,13 @@ def to_yaml(experiment: Experiment) -> str:
         lines.extend(f"  - {_flow(_link(spec))}" for spec in experiment.links)
     if experiment.events:
         lines.append("events:")
-        lines.extend(f"  - {_flow(_event(event))}" for event in experiment.events)
+        # A set on a one-way link writes its changes without up/down: which
+        # links are one-way may change as joins create new ones.
+        one_way = {spec.key: spec.down is None for spec in experiment.links}
+        for event in experiment.events:
+            if isinstance(event, LinkEvent) and event.spec is not None:
+                one_way[event.spec.key] = event.spec.down is None
+            lines.append(f"  - {_flow(_event(event, one_way))}")
     return "\n".join(lines) + "\n"
 
 
@@ -111,6 +118,8 @@ def _service(service: Service) -> list[str]:
         lines.append(f"    workdir: {quote(service.workdir)}")
     if service.cpus is not None:
         lines.append(f"    cpus: {service.cpus!r}")
+    if service.cpuset is not None:
+        lines.append(f"    cpuset: {quote(format_cpu_list(service.cpuset))}")
     if service.memory_bytes is not None:
         lines.append(f"    memory: {_size(service.memory_bytes)}")
     return lines
@@ -120,58 +129,55 @@ def _value(name: str, value: int | float | str) -> str:
     """A shaping field's value as the language writes it, exactly (a *_us field holds an int)."""
     if name.endswith("_us"):
         return format_duration_us(int(value))
+    if name == "rate_bps":
+        return format_rate_bps(int(value))
     return repr(value) if name == "loss_ratio" else str(value)
 
 
-def _props(up: LinkProps, down: LinkProps | None, what: str) -> dict[str, str]:
-    if down is not None and any(getattr(up, name) != getattr(down, name) for name in KEY_OF_FIELD):
-        raise CollapsarError(
-            f"{what}: latency, jitter and loss differ between directions, which the language cannot express"
-        )
-    items: dict[str, str] = {}
-    for name, key in KEY_OF_FIELD.items():
-        value = getattr(up, name)
-        if value != getattr(_DEFAULT, name):
-            items[key] = _value(name, value)
-    if down is None or up.rate_bps == down.rate_bps:
-        if up.rate_bps is not None:
-            items["bandwidth"] = format_rate_bps(up.rate_bps)
-    else:
-        for key, rate in (("up", up.rate_bps), ("down", down.rate_bps)):
-            if rate is not None:
-                items[key] = format_rate_bps(rate)
+def _keys(fields: Mapping[str, int | float | str]) -> dict[str, str]:
+    """Shaping fields as the keys that set them, in the language's order."""
+    return {key: _value(name, fields[name]) for key, name in FIELD_OF_KEY.items() if name in fields}
+
+
+def _by_direction(up: Mapping[str, int | float | str], down: Mapping[str, int | float | str]) -> dict[str, str]:
+    """The shaping fields of a link's two directions as written: what they
+    share for both, the rest under up and down; a rate alone as `up: 5Mbps`.
+    A field absent from one side is that side's default (for a link) or
+    unchanged (for a set)."""
+    shared = {name: value for name, value in up.items() if name in down and down[name] == value}
+    apart = {
+        "up": {name: value for name, value in up.items() if name not in shared},
+        "down": {name: value for name, value in down.items() if name not in shared},
+    }
+    items = _keys(shared)
+    rates_only = all(set(fields) <= {"rate_bps"} for fields in apart.values())
+    for direction, fields in apart.items():
+        if fields:
+            items[direction] = _value("rate_bps", fields["rate_bps"]) if rates_only else _flow(_keys(fields))
     return items
+
+
+def _written(props: LinkProps) -> dict[str, int | float | str]:
+    """The fields of a link's direction that differ from the defaults."""
+    fields = {name: getattr(props, name) for name in FIELD_OF_KEY.values()}
+    return {name: value for name, value in fields.items() if value is not None and value != getattr(_DEFAULT, name)}
 
 
 def _link(spec: LinkSpec) -> dict[str, str]:
     items = {"from": quote(spec.a), "to": quote(spec.b)}
-    items.update(_props(spec.up, spec.down, f"link {spec.a} -> {spec.b}"))
     if spec.down is None:
+        items.update(_keys(_written(spec.up)))
         items["direction"] = "one-way"
-    return items
-
-
-def _changes(event: LinkSetEvent) -> dict[str, str]:
-    items: dict[str, str] = {}
-    for name, key in KEY_OF_FIELD.items():
-        if name not in event.up and name not in event.down:
-            continue
-        if event.down and event.up.get(name) != event.down.get(name):
-            raise CollapsarError(
-                f"link {event.a} -> {event.b}: a set that changes {key} differently per direction cannot be expressed"
-            )
-        items[key] = _value(name, event.up[name])
-    up, down = event.up.get("rate_bps"), event.down.get("rate_bps")
-    if up is not None and up == down:
-        items["bandwidth"] = format_rate_bps(int(up))
     else:
-        for key, rate in (("up", up), ("down", down)):
-            if rate is not None:
-                items[key] = format_rate_bps(int(rate))
+        items.update(_by_direction(_written(spec.up), _written(spec.down)))
     return items
 
 
-def _event(event: Event) -> dict[str, str]:
+def _changes(event: LinkSetEvent, one_way: bool) -> dict[str, str]:
+    return _keys(event.up) if one_way else _by_direction(event.up, event.down)
+
+
+def _event(event: Event, one_way: Mapping[frozenset[str], bool]) -> dict[str, str]:
     items = {"at": _time(event.at_us)}
     if isinstance(event, ServiceEvent):
         if event.action == "join":
@@ -191,7 +197,7 @@ def _event(event: Event) -> dict[str, str]:
             del items["from"], items["to"]
     elif isinstance(event, LinkSetEvent):
         items["link"] = _names((event.a, event.b))
-        items["set"] = _flow(_changes(event))
+        items["set"] = _flow(_changes(event, one_way.get(frozenset((event.a, event.b)), False)))
     elif isinstance(event, PartitionEvent):
         groups = [_names(sorted(group)) for group in event.groups]
         items["partition"] = "[" + ", ".join(groups) + "]"

@@ -52,6 +52,7 @@ from collapsar.deploy.naming import (
     trace_dir_name,
 )
 from collapsar.model import Experiment, Service, service_of
+from collapsar.resources import check_mode, format_cpu_list
 
 SWARM_FILE_VERSION = "3.8"
 # Compose cannot give each replica its instance name (Swarm's template does,
@@ -160,6 +161,7 @@ def _topology_env(options: DeployOptions) -> dict[str, str]:
 
 
 def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: DeployOptions) -> dict:
+    check_mode(experiment, "swarm")  # no cpuset: a Swarm service cannot pin CPUs
     services: dict[str, dict] = {}
     for service in experiment.services:
         spec = _instance_base(service, options)
@@ -170,6 +172,8 @@ def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: Deplo
             "labels": _labels(options, "instance", service.name),
             "restart_policy": {"condition": "none"},
         }
+        # Docker gives a container as much swap again as its memory limit when
+        # the node has swap; a 3.8 stack file cannot say otherwise.
         limits = {}
         if service.cpus is not None:
             limits["cpus"] = f"{service.cpus:g}"
@@ -229,6 +233,7 @@ def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: Deplo
 
 
 def compose_file(experiment: Experiment, replicas: dict[str, int], options: DeployOptions) -> dict:
+    check_mode(experiment, "compose")
     services: dict[str, dict] = {}
     for service in experiment.services:
         spec = _instance_base(service, options)
@@ -236,8 +241,12 @@ def compose_file(experiment: Experiment, replicas: dict[str, int], options: Depl
         spec["restart"] = "no"
         if service.cpus is not None:
             spec["cpus"] = service.cpus
+        if service.cpuset is not None:
+            spec["cpuset"] = format_cpu_list(service.cpuset)
         if service.memory_bytes is not None:
-            spec["mem_limit"] = _memory(service.memory_bytes)
+            # No swap beyond the limit, as in local mode (Docker's default
+            # would allow as much swap again).
+            spec["mem_limit"] = spec["memswap_limit"] = _memory(service.memory_bytes)
         if not service.image:  # relative to the Compose file's directory
             spec["volumes"] = [f"./{trace_dir_name(options.experiment_id)}:{TRACE_DIR_IN_CONTAINER}"]
         services[service.name] = spec

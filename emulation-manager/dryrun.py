@@ -14,7 +14,8 @@ from __future__ import annotations
 from collapsar.manager.addressing import NetworkPlan, plan_network
 from collapsar.manager.core import EmulationCore, InstallPlan, needs_netem
 from collapsar.manager.experiment import all_instances, launches, paths_from, timeline_paths
-from collapsar.model import Experiment
+from collapsar.model import Experiment, Service, service_of
+from collapsar.resources import format_cpu_list
 
 PLACEHOLDER_RUN_ID = "000000"
 
@@ -55,6 +56,9 @@ def describe_run(experiment: Experiment, timeline, subnet: str) -> list[str]:
         lines.append(
             f"instance {net.instance}: {net.ip}/{net.prefixlen} on {net.netns}/{net.ifname}, starts {when}: {command}"
         )
+        limits = _limits(experiment.service(service_of(experiment, net.instance)))
+        if limits:
+            lines.append(f"  limits, in its own control groups (local/limits.py): {limits}")
         setup = plans[net.instance]
         tree = plan_tree(setup.shapings, wire_overhead=wire_overhead, netem=netem)
         lines += [f"  {line}" for line in tree.describe()]
@@ -63,3 +67,14 @@ def describe_run(experiment: Experiment, timeline, subnet: str) -> list[str]:
         elif setup.cut:
             lines.append(f"  cut at t=0 (blackhole): {', '.join(setup.cut)}")
     return lines
+
+
+def _limits(service: Service) -> str:
+    parts = []
+    if service.cpus is not None:
+        parts.append(f"cpus {service.cpus:g}")
+    if service.cpuset is not None:
+        parts.append(f"cpuset {format_cpu_list(service.cpuset)}")
+    if service.memory_bytes is not None:
+        parts.append(f"memory {service.memory_bytes / 2**20:g} MiB")
+    return ", ".join(parts)

@@ -9,7 +9,9 @@ run it, 3 (an environment problem) otherwise, so scripts can choose `--vm`.
 With FILE, every command's program must also be found as local mode's
 instances look for it (collapsar.manager.programs); one missing is
 `FILE:LINE: service X: program ...` and exit 2, as `collapsar run` refuses
-it (a VM would not help: it sees this host's files).
+it (a VM would not help: it sees this host's files).  Its limits (cpus,
+cpuset, memory) are checked as a run checks them at its start: the cgroup
+controllers they need, the CPUs a cpuset names (collapsar.manager.local.limits).
 """
 
 from __future__ import annotations
@@ -33,15 +35,19 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.file is not None:
         from collapsar.manager.core import needs_netem
-        from collapsar.manager.experiment import timeline_paths
+        from collapsar.manager.experiment import all_instances, timeline_paths
+        from collapsar.manager.local.limits import RunGroups
         from collapsar.manager.programs import require_programs
         from collapsar.parser import parse_file
         from collapsar.timeline import build_timeline
 
         experiment = parse_file(args.file)
         require_programs(experiment)
-        netem = needs_netem(timeline_paths(build_timeline(experiment)))
+        timeline = build_timeline(experiment)
+        netem = needs_netem(timeline_paths(timeline))
         check_kernel(need_netem=netem)
+        # Its limits (cpus, cpuset, memory) as a run checks them at its start.
+        RunGroups.plan(experiment, all_instances(timeline), "000000")
         what = "delay/jitter/loss (netem) and rates (htb)" if netem else "rates only (htb)"
         print(f"ok: this host can run {args.file} ({what})")
         return 0

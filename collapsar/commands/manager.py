@@ -73,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
     wait_up_us = duration_us("--wait-up", args.wait_up)
     text, source = _topology(args)
     experiment = parse_text(text, source)
+    from collapsar.resources import check_mode
+
+    # The engine applies the limits; a key Swarm cannot honour is refused on this path too.
+    check_mode(experiment, "swarm" if args.bootstrap or os.environ.get("COLLAPSAR_BOOTSTRAPPER") else "compose")
     exp_id = args.experiment or experiment_id(experiment, text)
     say = lambda line: print(line, flush=True)  # noqa: E731
     client = connect()

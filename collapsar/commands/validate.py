@@ -2,7 +2,9 @@
 
 Problems go to stderr as `FILE:LINE: message` with exit status 2 (the CLI
 prints the `TopologyError`).  Instance pairs with no path at t=0 are only
-warnings: an experiment may start partitioned on purpose.  So are programs
+warnings: an experiment may start partitioned on purpose.  They are
+summarised (a count, then at most three sources with at most three
+destinations each); `--json` lists every pair.  So are programs
 (collapsar.manager.programs): a command whose program local mode's
 instances would not find (`FILE:LINE: warning: service X: program 'foo' is
 not on the instances' PATH (...)`; `collapsar run` and `check` refuse it),
@@ -33,6 +35,10 @@ from collapsar.errors import TopologyError
 from collapsar.model import Experiment
 from collapsar.parser import parse_file
 
+# Sources, and destinations of each, that validate names when instance
+# pairs have no path; the rest are counted.
+SHOWN_UNREACHABLE = 3
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="Experiment file (YAML)")
@@ -58,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
     # the parser's own verdict, which is already printed.
     from collapsar.collapse import unreachable_pairs
 
-    for src, dst in unreachable_pairs(experiment):
-        print(f"{experiment.source}: warning: no path from {src} to {dst} at t=0", file=sys.stderr)
+    for message in unreachable_summary(unreachable_pairs(experiment)):
+        print(f"{experiment.source}: warning: {message}", file=sys.stderr)
     programs = _program_warnings(experiment)
     for problem in programs:
         print(f"{problem.where or experiment.source}: warning: {problem.message}", file=sys.stderr)
@@ -94,6 +100,29 @@ def _chain_warnings(verdict: Verdict, programs: list) -> list[str]:
 
 def _count(number: int, word: str) -> str:
     return f"{number} {word}" if number == 1 else f"{number} {word}s"
+
+
+def unreachable_summary(pairs: list[tuple[str, str]], shown: int = SHOWN_UNREACHABLE) -> list[str]:
+    """Warnings for the instance pairs with no path, summarised: one line
+    for each of the `shown` sources missing the most destinations, naming
+    its first `shown` of them, after a count when that leaves some out (a
+    scale-free topology of 600 elements has thousands of such pairs; --json
+    lists them all)."""
+    by_source: dict[str, list[str]] = {}
+    for src, dst in pairs:
+        by_source.setdefault(src, []).append(dst)
+    first = sorted(by_source.items(), key=lambda item: -len(item[1]))[:shown]
+    lines = []
+    if len(by_source) > shown or any(len(dsts) > shown for _, dsts in first):
+        some = f"{shown} shown; " if len(by_source) > shown else ""
+        lines.append(
+            f"{_count(len(pairs), 'instance pair')} have no path at t=0, from "
+            f"{_count(len(by_source), 'source')} ({some}--json lists every pair)"
+        )
+    for src, dsts in first:
+        more = f" and {len(dsts) - shown} more" if len(dsts) > shown else ""
+        lines.append(f"no path from {src} to {', '.join(dsts[:shown])}{more} at t=0")
+    return lines
 
 
 def summary(experiment: Experiment) -> str:

@@ -29,6 +29,7 @@ class Seen:
     ip: str | None  # on the experiment network; None before it is attached
     running: bool
     exit_code: int
+    oom_killed: bool = False  # the engine says the kernel's OOM killer ended it (its memory limit)
 
 
 def connect():
@@ -67,6 +68,7 @@ def seen_from(attrs: dict, experiment: str, network_ids: set[str]) -> Seen | Non
         ip=address_on(attrs, network_ids),
         running=running,
         exit_code=int(state.get("ExitCode") or 0),
+        oom_killed=bool(state.get("OOMKilled")) and not running,
     )
 
 

@@ -168,12 +168,12 @@ class ContainerRun(ManagerRun):
         for name, now in seen.items():
             if not now.running:
                 if self.status.get(name) == "up" and self.t0_ns is not None:
-                    self.status[name] = f"exited({now.exit_code})"
+                    self.status[name] = "oom-killed" if now.oom_killed else f"exited({now.exit_code})"
                 continue
             if self.status.get(name) in ("absent", "stopped", "crashed"):
                 self.view.stop(name, 0)  # the timeline says it is not there (yet)
                 continue
-            if self.status.get(name, "").startswith("exited"):
+            if self.status.get(name, "").startswith("exited") or self.status.get(name) == "oom-killed":
                 self.status[name] = "up"  # restarted by hand or by the engine
             if name not in self.shaped and now.ip:
                 try:

@@ -6,15 +6,18 @@ anything is removed, every record it would act on is checked against the
 run's own naming (addressing.py): a namespace only as `netns_name(run id,
 instance)` (never a path: no '/'), a link only as that run's bridge or the
 veth of one of its instances, a hosts file only as /etc/netns/<one of its
-namespaces>/hosts, a BPF pin only directly in its pin directory, a process
-only if it is still the process recorded (same start time) and lives in that
-instance's namespace, which is still the run's (same inode).  The process
-check is the one sound test available after the manager is gone: a pid and
-its start time can be copied from /proc and any process can set its own
-command line (and the run gives its commands no cgroup), but only a process
-the run started, or one of its children, lives in a namespace that only the
-run made.  A process that left it, or whose namespace file is gone, is not
-killed: better a stray process than a foreign one killed as root.
+namespaces>/hosts, a BPF pin only directly in its pin directory, a control
+group only as `collapsar-RUNID[/INSTANCE]` at the top of the hierarchy this
+host mounts for its controller (limits.record_problem; the path removed is
+derived, never read from the record), a process only if it is still the
+process recorded (same start time) and lives in that instance's namespace,
+which is still the run's (same inode).  The process check is the one sound
+test available after the manager is gone: a pid and its start time can be
+copied from /proc, any process can set its own command line and a root one
+can move itself into any control group, but only a process the run started,
+or one of its children, lives in a namespace that only the run made.  A
+process that left it, or whose namespace file is gone, is not killed:
+better a stray process than a foreign one killed as root.
 
 A journal with any such record is refused whole, nothing removed, in one
 line naming the first bad record, its line and what was expected: the
@@ -34,6 +37,8 @@ from typing import TypeGuard
 
 from collapsar.errors import CollapsarError
 from collapsar.manager.addressing import check_run_id, netns_name, plan_network
+from collapsar.manager.local.cgroups import Layout, detect
+from collapsar.manager.local.limits import group_to_remove, record_problem
 from collapsar.manager.local.netns import hosts_file
 from collapsar.manager.local.rundir import (
     END_KINDS,
@@ -59,7 +64,7 @@ def pin_dir(run_id: str) -> Path:
 class Step:
     """One cleanup action, in the order it must run."""
 
-    action: str  # kill | kill_netns | unpin | del_link | del_fw | del_netns | rm_hosts
+    action: str  # kill | kill_netns | unpin | del_link | del_fw | del_netns | rm_hosts | rm_cgroup
     target: dict
 
 
@@ -104,8 +109,9 @@ def _one_of(items: list[str], none: str) -> str:
 class _Check:
     """The records of one journal against the naming of run `run_id`."""
 
-    def __init__(self, records: list[dict], run_id: str, where: str):
+    def __init__(self, records: list[dict], run_id: str, where: str, layout: Layout | None = None):
         self.records, self.run_id, self.where = records, run_id, where
+        self.layout = layout  # the host's cgroups (detected when a record needs them)
         self.problems: list[str] = []
         self.netns: dict[str, str] = {}  # name -> instance, valid netns records only
         self.inodes: dict[str, int] = {}  # name -> inode, valid netns_inode records only
@@ -132,6 +138,7 @@ class _Check:
             return self
         self.check_links(plan)
         self.check_files()
+        self.check_cgroups()
         self.check_processes()
         return self
 
@@ -207,6 +214,16 @@ class _Check:
             if not (_PLAIN_NAME.match(name) and name not in (".", "..") and path == str(pins / name)):
                 self.bad(i, f"bpf_pin record {path!r}: not in run {self.run_id}'s pin directory; expected {pins}/NAME")
 
+    def check_cgroups(self) -> None:
+        found = self.of_kind("cgroup")
+        if found and self.layout is None:
+            self.layout = detect()
+        instances = set(self.netns.values())
+        for i, r in found:
+            why = record_problem(r, self.run_id, instances, self.layout) if self.layout else None
+            if why:
+                self.bad(i, why)
+
     def check_processes(self) -> None:
         for i, r in self.of_kind("process"):
             pid, start, instance = r.get("pid"), r.get("start_time"), r.get("instance")
@@ -228,25 +245,32 @@ class _Check:
                 )
 
 
-def check_journal(records: list[dict], run_id: str, where: str = "journal") -> list[str]:
+def check_journal(records: list[dict], run_id: str, where: str = "journal", layout: Layout | None = None) -> list[str]:
     """Every record cleanup would act on that is not run `run_id`'s own, one
-    line each (`where:LINE: what, and what was expected`)."""
+    line each (`where:LINE: what, and what was expected`).  `layout`: the
+    host's cgroups, detected here if a record needs them."""
     check_run_id(run_id)
-    return _Check(records, run_id, where).run().problems if records else []
+    return _Check(records, run_id, where, layout).run().problems if records else []
 
 
-def plan_cleanup(records: list[dict], run_id: str | None = None, where: str = "journal") -> list[Step]:
+def plan_cleanup(
+    records: list[dict], run_id: str | None = None, where: str = "journal", layout: Layout | None = None
+) -> list[Step]:
     """What to undo, from a journal of run `run_id` (by default the one its
     first record names): processes first (a namespace with a live process
     in it would outlive its deletion), then BPF pins, links, the bridge,
-    the namespaces and their hosts files.  Each step is idempotent: a thing
+    the namespaces and their hosts files, and last the control groups,
+    instances' before the run's (`layout`: the host's cgroups, detected
+    here if the journal has any).  Each step is idempotent: a thing
     already gone is skipped, so a cleanup can be repeated.  A journal with
     a record that is not the run's own is refused whole (see the module
     docstring)."""
     if not records or records[-1].get("kind") in END_KINDS:
         return []
     run_id = run_id if run_id is not None else str(records[0].get("run_id"))
-    problems = check_journal(records, run_id, where)
+    if layout is None and any(r.get("kind") == "cgroup" for r in records):
+        layout = detect()
+    problems = check_journal(records, run_id, where, layout)
     if problems:
         more = len(problems) - 1
         raise CollapsarError(problems[0] + (f" (and {more} more refused record{'s' * (more > 1)})" if more else ""))
@@ -277,6 +301,8 @@ def plan_cleanup(records: list[dict], run_id: str | None = None, where: str = "j
     steps += [Step("del_fw", {"bridge": r["bridge"], "tag": r["tag"]}) for r in by_kind.get("fw_accept", [])]
     steps += [Step("del_netns", {"netns": r["name"]}) for r in reversed(by_kind.get("netns", []))]
     steps += [Step("rm_hosts", {"path": r["path"]}) for r in reversed(by_kind.get("hosts", []))]
+    groups = [group_to_remove(r, run_id, layout) for r in reversed(by_kind.get("cgroup", []))] if layout else []
+    steps += [Step("rm_cgroup", {"path": str(group)}) for group in dict.fromkeys(groups) if group is not None]
     return steps
 
 

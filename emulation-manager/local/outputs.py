@@ -11,6 +11,7 @@ import os
 import signal
 
 from collapsar.errors import InstanceFailure
+from collapsar.manager.local.supervisor import ENDED_ON_ITS_OWN
 from collapsar.manager.measure import probe, workload
 from collapsar.manager.measure.flows import flow_table, limited_by
 from collapsar.manager.measure.livework import WorkloadTail
@@ -117,11 +118,12 @@ def own_failures(run) -> list:
     """Exits no one asked for: with an error, or killed by a signal this run
     did not send.  A leave's SIGTERM, a crash's SIGKILL and the end of the
     run's SIGTERM are the timeline's or the run's doing, whatever the code
-    the command then exits with (supervisor.Exit.how says who stopped it)."""
+    the command then exits with (supervisor.Exit.how says who stopped it);
+    the OOM killer at the instance's memory limit is not."""
     supervisor = getattr(run, "supervisor", None)
     if supervisor is None:
         return []
-    return [e for e in supervisor.exits if e.how == "exited" and e.returncode != 0]
+    return [e for e in supervisor.exits if e.how in ENDED_ON_ITS_OWN and e.returncode != 0]
 
 
 def write_instances(run) -> None:
@@ -173,11 +175,12 @@ def raise_on_failed_instances(run) -> None:
             # `ip netns exec` could not exec the program: the command never ran.
             lines.append(f"instance {exit_.instance}: could not start: {tail[-1]}")
             continue
-        code = (
-            f"exited with status {exit_.returncode} on its own"
-            if exit_.returncode > 0
-            else f"was killed by {_signal_name(-exit_.returncode)}, a signal this run did not send"
-        )
+        if exit_.how == "oom-killed":
+            code = f"was killed by the kernel's OOM killer at its memory limit{_memory_of(run, exit_.instance)}"
+        elif exit_.returncode > 0:
+            code = f"exited with status {exit_.returncode} on its own"
+        else:
+            code = f"was killed by {_signal_name(-exit_.returncode)}, a signal this run did not send"
         if not tail:
             lines.append(f"instance {exit_.instance}: {code}; its log is empty")
             continue
@@ -203,6 +206,11 @@ def log_tail(path, count: int = TAIL_LINES) -> list[str]:
         + ("..." if len(line) > _TAIL_LINE_CHARS else "")
         for line in lines
     ]
+
+
+def _memory_of(run, instance: str) -> str:
+    limit = run.experiment.service(service_of(run.experiment, instance)).memory_bytes
+    return f" (memory: {limit / 2**20:g} MiB)" if limit else ""
 
 
 def _signal_name(number: int) -> str:

@@ -4,7 +4,8 @@
 namespaces it makes itself and commands it starts in them
 (local/runtime.py).  What it adds, in order:
 
-  take the lock -> journal -> network (netns.py) -> shaping at t=0
+  take the lock -> journal -> network (netns.py) -> control groups of the
+  instances with limits (limits.py) -> shaping at t=0
   -> probe (--probe) -> meter (with sharing: counters attached) -> sharing
   -> status API and control -> commands of the instances present at t=0
   -> "all up" -> t=0 (or wait for POST /control/start)
@@ -33,6 +34,7 @@ from collapsar.manager.core import EmulationCore, real_tcal
 from collapsar.manager.experiment import all_instances, launches, paths_from
 from collapsar.manager.local import outputs, teardown
 from collapsar.manager.local.cleanup import plan_cleanup
+from collapsar.manager.local.limits import RunGroups
 from collapsar.manager.local.netns import HostNetwork
 from collapsar.manager.local.rundir import (
     RunDir,
@@ -46,7 +48,7 @@ from collapsar.manager.local.rundir import (
 from collapsar.manager.local.runtime import NamespaceRuntime
 from collapsar.manager.local.supervisor import Launch, Supervisor
 from collapsar.manager.measure import workload
-from collapsar.manager.measure.liveprobe import LiveProbe
+from collapsar.manager.measure.liveprobe import LiveProbe, capped
 from collapsar.manager.measure.livework import WorkloadTail
 from collapsar.manager.measure.series import SeriesWriter
 from collapsar.manager.measure.throughput import Meter
@@ -59,6 +61,7 @@ from collapsar.manager.status.api import StatusServer
 from collapsar.manager.status.control import AdHocLinks, local_control
 from collapsar.manager.status.topoview import topology_json
 from collapsar.model import Experiment
+from collapsar.resources import check_mode
 from collapsar.tcal.contract import TreeFactory
 
 
@@ -84,7 +87,9 @@ class LocalRun(ManagerRun):
         instances = all_instances(timeline)
         plan = plan_network(run_id, instances, options.subnet)
         commands = launches(experiment, instances, plan)
-        runtime = NamespaceRuntime(plan, commands)
+        check_mode(experiment, "local")
+        # Before anything exists: a limit this host cannot apply stops the run here.
+        runtime = NamespaceRuntime(plan, commands, RunGroups.plan(experiment, instances, run_id))
         super().__init__(experiment, timeline, options, runtime, tcal or real_tcal(), out, instances)
         self.run_id = run_id
         self.plan: NetworkPlan = plan
@@ -161,6 +166,9 @@ class LocalRun(ManagerRun):
         with clock.stage("network"):
             self.host_net = HostNetwork(self.plan, journal)
             self.host_net.build(clock)
+        if self.runtime.groups is not None:
+            with clock.stage("limits"):
+                self.runtime.groups.create(journal, self.say)
         # The counters need only the interfaces: they attach on their own
         # thread (mostly kernel time, BPF loads) while the trees go in.  Not
         # with a probe, which goes first: its pings are not the experiment's
@@ -298,7 +306,8 @@ class LocalRun(ManagerRun):
     def _start_live_probe(self, t0_unix: float) -> None:
         """One ping per probed pair from t=0 (measure/liveprobe.py), each
         journaled as a process of its source's namespace: cleanup kills it."""
-        pairs = outputs.pairs_at(self, self.instances)  # those that join later too: cut until then
+        every = outputs.pairs_at(self, self.instances)  # those that join later too: cut until then
+        pairs = capped(every)
         nets = self.plan.by_instance()
         journal = self.rundir.journal
 
@@ -309,7 +318,13 @@ class LocalRun(ManagerRun):
             pairs, {n: nets[n].netns for n in nets}, self.plan.ip_of(), self.options.probe_every_us / 1e6, started
         )
         self.live_probe.start(t0_unix)
-        self.say(f"probing {len(pairs)} pairs every {self.options.probe_every_us / 1000:g} ms (series/rtt.csv)")
+        what = f"{len(pairs)} pairs"
+        if len(pairs) < len(every):
+            ends = len({src for src, _ in pairs})
+            what += (
+                f" of {len(every)} (those among the first {ends} instances; every pair, once, before t=0: --probe N)"
+            )
+        self.say(f"probing {what} every {self.options.probe_every_us / 1000:g} ms (series/rtt.csv)")
 
     def configured_rtt_ms(self, second: int, src: str, dst: str) -> float | None:
         """The RTT both paths of a pair configured in the middle of a second."""
@@ -332,7 +347,8 @@ class LocalRun(ManagerRun):
         for exit_ in self.runtime.exits():
             self.exit_codes[exit_.instance] = exit_.returncode
             if self.status.get(exit_.instance) == "up":
-                self.status[exit_.instance] = f"exited({exit_.returncode})"
+                oom = exit_.how == "oom-killed"
+                self.status[exit_.instance] = "oom-killed" if oom else f"exited({exit_.returncode})"
 
     def done(self, now_us: int) -> str | None:
         if self.launches and self.player.started and now_us >= self.player.last_start_us and not self.runtime.running():

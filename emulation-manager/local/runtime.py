@@ -3,7 +3,9 @@
 The run's network (netns.py) gives every instance its namespace before t=0;
 this runtime starts each instance's command there under `ip netns exec`
 through the supervisor, which reaps, escalates a leave's SIGTERM to SIGKILL
-after the grace period and records every pid in the journal first.
+after the grace period and records every pid in the journal first.  An
+instance with limits joins its control groups first (limits.py), and a
+command of it that the OOM killer ends exits `oom-killed`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collapsar.manager.addressing import NetworkPlan
+from collapsar.manager.local.limits import RunGroups
 from collapsar.manager.local.rundir import Journal
 from collapsar.manager.local.supervisor import Exit, Launch, Supervisor
 
@@ -28,19 +31,26 @@ class Namespace:
 class NamespaceRuntime:
     mode = "local"
 
-    def __init__(self, plan: NetworkPlan, launches: dict[str, Launch]):
-        self.plan, self.launches = plan, launches
+    def __init__(self, plan: NetworkPlan, launches: dict[str, Launch], groups: RunGroups | None = None):
+        self.plan, self.launches, self.groups = plan, launches, groups
         self.supervisor: Supervisor | None = None  # once the network is up (open)
 
     def open(self, log_paths: Callable[[str], tuple[Path, Path]], journal: Journal, grace_s: float) -> None:
         nets = self.plan.by_instance()
+        groups = self.groups
         self.supervisor = Supervisor(
             log_paths,
             # setpriv first: SIGKILL when the manager dies (see supervisor.py),
-            # armed before ip's setup work, which the signal then survives (exec).
-            prefix=lambda inst: ["setpriv", "--pdeathsig", "KILL", "--", "ip", "netns", "exec", nets[inst].netns],
+            # armed before ip's setup work, which the signal then survives
+            # (exec); then into the instance's control groups, if it has any.
+            prefix=lambda inst: [
+                *("setpriv", "--pdeathsig", "KILL", "--"),
+                *(groups.join_argv(inst) if groups else ()),
+                *("ip", "netns", "exec", nets[inst].netns),
+            ],
             on_start=lambda inst, pid, st: journal.record("process", instance=inst, pid=pid, start_time=st),
             grace_s=grace_s,
+            ended_by=lambda inst: "oom-killed" if groups and groups.oom_killed(inst) else None,
         )
 
     def _supervisor(self) -> Supervisor:
@@ -57,6 +67,8 @@ class NamespaceRuntime:
         if launch is not None:  # an instance without a command has only its network
             supervisor = self._supervisor()
             supervisor.finish_now(instance)  # a rejoin within a leave's grace period
+            if self.groups is not None:
+                self.groups.started(instance)
             supervisor.start(launch)
 
     def stop(self, instance: str, grace_s: float) -> None:

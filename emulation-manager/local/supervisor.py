@@ -57,14 +57,19 @@ class Exit:
     instance: str
     pid: int
     returncode: int  # negative: killed by that signal (subprocess convention)
-    how: str  # exited | stopped | crashed
+    how: str  # exited | stopped | crashed | oom-killed (ENDED_ON_ITS_OWN: no one asked)
+
+
+ENDED_ON_ITS_OWN = ("exited", "oom-killed")
 
 
 class Supervisor:
     """`prefix(instance)` is the argv that runs a command inside the
     instance's namespace (`ip netns exec NAME`, see local/run.py);
     `on_start(instance, pid, start_time)` is called at once so the journal
-    knows the pid before anything else happens.
+    knows the pid before anything else happens; `ended_by(instance)` names
+    what ended a command that failed on its own, when the runtime knows
+    (`oom-killed`: limits.py), else None.
 
     No preexec_fn: with one, subprocess must fork() the whole manager (45 ms
     per start here); without, it uses vfork (3 ms)."""
@@ -75,10 +80,12 @@ class Supervisor:
         prefix: Callable[[str], list[str]],
         on_start: Callable[[str, int, int | None], None],
         grace_s: float = DEFAULT_GRACE_S,
+        ended_by: Callable[[str], str | None] = lambda instance: None,
     ):
         self._log_paths = log_paths
         self._prefix = prefix
         self._on_start = on_start
+        self._ended_by = ended_by
         self.grace_s = grace_s
         self._running: dict[str, Running] = {}
         self._stopping: dict[str, str] = {}  # instance -> how (stopped | crashed)
@@ -177,10 +184,14 @@ class Supervisor:
                 # The leader is gone: take any stragglers of its group with it.
                 self._signal(run, signal.SIGKILL)
                 del self._running[instance]
-                how = self._stopping.pop(instance, "exited")
+                how = self._stopping.pop(instance, None) or self._own_end(instance, code)
                 exits.append(Exit(instance, run.popen.pid, code, how))
             self.exits.extend(exits)
         return exits
+
+    def _own_end(self, instance: str, code: int) -> str:
+        cause = self._ended_by(instance) if code != 0 else None
+        return cause or "exited"
 
     def running(self) -> list[str]:
         with self._lock:

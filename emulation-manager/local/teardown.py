@@ -8,11 +8,15 @@ still lives in the run's namespace (through a pidfd, so a pid recycled
 meanwhile is never signalled), a process is killed for living in a namespace
 only if that namespace's file still has the inode recorded at creation, and
 files are removed below /etc/netns and bpffs without following a symlink.
+A control group is removed with rmdir only (the kernel refuses it while a
+process is in it; nothing is killed for being in one), at a path the plan
+derived from the run id and an instance name.
 Missing objects are skipped, so running a plan twice is harmless.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -21,6 +25,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from collapsar.errors import RunError
 from collapsar.manager.local import firewall
 from collapsar.manager.local.cleanup import PIN_ROOT, Step, in_run_netns, netns_file_inode
 from collapsar.manager.local.netns import HOSTS_ROOT
@@ -159,6 +164,34 @@ def _del_fw(target: dict, ctx: _Context) -> str | None:
     return f"deleted the iptables FORWARD rule for {target['bridge']}"
 
 
+def _rm_cgroup(target: dict, ctx: _Context, wait_s: float = 2.0) -> str | None:
+    path = Path(target["path"])
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            os.rmdir(path)
+            return f"removed control group {path}"
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            # Killed processes leave their groups as they exit: give them a moment.
+            if error.errno == errno.EBUSY and time.monotonic() < deadline:
+                time.sleep(0.01)
+                continue
+            held = _pids_in(path)
+            raise RunError(
+                f"cannot remove the control group {path}: {error.strerror}"
+                + (f" (processes still in it: {', '.join(held[:5])})" if held else "")
+            ) from None
+
+
+def _pids_in(group: Path) -> list[str]:
+    try:
+        return (group / "cgroup.procs").read_text().split()
+    except OSError:
+        return []
+
+
 _STEPS = {
     "del_fw": _del_fw,
     "kill": _kill,
@@ -167,4 +200,5 @@ _STEPS = {
     "del_link": _del_link,
     "del_netns": _del_netns,
     "rm_hosts": _rm_hosts,
+    "rm_cgroup": _rm_cgroup,
 }

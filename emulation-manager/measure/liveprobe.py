@@ -10,7 +10,8 @@ icmp_seq: a reply that arrives in the next second is not a loss), and their
 RTT's min, median and max to
 series/rtt.csv, next to the RTT the paths configured then (measure/series.py).
 
-What it costs: a process per pair (sleeping between echoes), and 1/INTERVAL
+What it costs: a process per pair (sleeping between echoes; at most
+MAX_PAIRS: with more services the pairs among the first of them), and 1/INTERVAL
 echoes of 84 bytes each way per pair: 64 pairs at 200 ms are 320 echoes a
 second, about 0.2 Mbit/s on the wire in all.  The echoes go through the
 same classes as the experiment's traffic, so a saturated path's queue
@@ -33,6 +34,23 @@ from collections.abc import Callable
 from collapsar.errors import RunError
 
 _ECHO = re.compile(r"^\[(\d+\.\d+)\] .*icmp_seq=(\d+) .*time=([\d.]+) ms")
+
+
+MAX_PAIRS = 256  # ping processes a run starts at most
+
+
+def capped(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """At most MAX_PAIRS of `pairs`: every pair among the first instances
+    (in the order the pairs name them) that fit, so what is probed is a
+    whole corner of the topology, both ways."""
+    if len(pairs) <= MAX_PAIRS:
+        return pairs
+    names = list(dict.fromkeys(name for pair in pairs for name in pair))
+    keep = 1
+    while (keep + 1) * keep <= MAX_PAIRS:
+        keep += 1
+    chosen = set(names[:keep])
+    return [(src, dst) for src, dst in pairs if src in chosen and dst in chosen]
 
 
 def argv(netns: str, ip: str, interval_s: float) -> list[str]:

@@ -11,8 +11,9 @@ namespace comes from and how its process starts and stops; that is an
   Docker      collapsar.manager.container.runtime: containers, through the
               Docker API; namespaces are theirs, bound by name (nsbind.py)
 
-Limits per instance (CPU, memory) come here next: they are a property of
-how an instance runs, not of the network.
+Limits per instance (cpus, cpuset, memory) belong to the runtime too, a
+property of how an instance runs, not of the network: local mode's control
+groups (collapsar.manager.local.limits), the engine's in container mode.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ what a scan does with containers that appear, restart, stop, move, or run
 when the timeline says they are absent, and what join/leave/crash ask of
 the engine."""
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -125,6 +126,17 @@ def test_a_stopped_container_loses_its_core_and_binding_and_reports_its_exit(bin
     assert not any(name.startswith("cxd-c") for name in bindings)
 
 
+def test_a_container_the_oom_killer_ended_is_reported_so(bindings):
+    run = make_run()
+    run._reconcile({n: seen(n) for n in NAMES})
+    run.t0_ns = 1
+    killed = replace(seen("c", running=False, code=137), oom_killed=True)  # the engine's State.OOMKilled
+    run._reconcile({**{n: seen(n) for n in NAMES}, "c": killed})
+    assert run.status["c"] == "oom-killed"
+    run._reconcile({n: seen(n, pid=300) for n in NAMES})  # started again by hand
+    assert run.status["c"] == "up"
+
+
 def test_an_instance_absent_at_t0_is_stopped_when_found_running(bindings):
     run = make_run(first_instances=("a", "b"))
     assert run.status == {"a": "up", "b": "up", "c": "absent"}
@@ -189,6 +201,8 @@ def test_seen_from_reads_the_inspect_document():
     assert seen_from(attrs, "e-2", {"net1"}) is None
     stopped = {**attrs, "State": {"Running": False, "Pid": 0, "ExitCode": 137}}
     assert seen_from(stopped, "e-1", {"other"}) == Seen("web-2", "f" * 64, 0, None, False, 137)
+    oom = {**attrs, "State": {"Running": False, "Pid": 0, "ExitCode": 137, "OOMKilled": True}}
+    assert seen_from(oom, "e-1", {"other"}) == Seen("web-2", "f" * 64, 0, None, False, 137, oom_killed=True)
 
 
 def test_a_join_on_swarm_scales_the_service_to_the_joined_index():

@@ -213,6 +213,7 @@ def test_compose_file_is_exactly_this(topology):
         "restart": "no",
         "cpus": 0.5,
         "mem_limit": "256M",
+        "memswap_limit": "256M",  # no swap beyond the limit, as in local mode
         # Traces land beside the Compose file, in a directory named by the experiment.
         "volumes": [f"./{EXP_ID}.workload:/collapsar/workload"],
     }

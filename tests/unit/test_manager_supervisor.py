@@ -110,3 +110,27 @@ def test_rejoin_within_the_grace_period_replaces_the_old_process(sup):
     assert [(e.pid, e.returncode, e.how) for e in sup.exits] == [(first, -signal.SIGKILL, "stopped")]
     second = sup.start(Launch("w", ("sleep", "30")))
     assert second != first and sup.running() == ["w"]
+
+
+def test_a_failed_exit_the_runtime_explains_takes_its_cause(tmp_path):
+    """`ended_by` (the OOM killer's count, limits.py) names a cause only for a
+    command that failed on its own: not for a success, nor for a leave."""
+
+    def logs(instance):
+        return tmp_path / f"{instance}.out", tmp_path / f"{instance}.err"
+
+    sup = Supervisor(logs, lambda inst: [], lambda inst, pid, st: None, 0.3, ended_by=lambda inst: "oom-killed")
+    try:
+        sup.start(Launch("hog", ("sh", "-c", "kill -9 $$")))
+        sup.start(Launch("fine", ("true",)))
+        sup.start(Launch("left", ("sleep", "30")))
+        sup.stop("left")
+        exits = {e.instance: (e.returncode, e.how) for e in wait_exits(sup, 3)}
+        assert exits == {
+            "hog": (-signal.SIGKILL, "oom-killed"),
+            "fine": (0, "exited"),
+            "left": (-signal.SIGTERM, "stopped"),
+        }
+    finally:
+        sup.stop_all(0.1)
+        sup.close()

@@ -73,10 +73,14 @@ EVENT_CASES = [
     (
         "set unknown key",
         event("{at: 1s, link: [web, s1], set: {latncy: 1ms}}"),
+        ["t.yaml:9: link web -> s1: set: unknown key 'latncy' (did you mean 'latency'?)"],
+    ),
+    (
+        "set nothing",
+        event("{at: 1s, link: [web, s1], set: {}}"),
         [
-            "t.yaml:9: link web -> s1: set: unknown key 'latncy' (did you mean 'latency'?)",
             "t.yaml:9: link web -> s1: set: expected at least one of latency, jitter, "
-            "distribution, loss, bandwidth, up, down",
+            "distribution, loss, bandwidth, up, down"
         ],
     ),
     (

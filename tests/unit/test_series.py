@@ -271,3 +271,14 @@ def test_workload_tail_reads_what_clients_append_and_never_a_planted_file(tmp_pa
     assert (at[0.0005], at[0.001], at[0.002], at[1.0], at[2.0]) == (0, 1, 2, 2, 3)
     assert tail.refused == {"evil": "a symlink", "fifo": "not a regular file"}
     tail.close()
+
+
+def test_live_probe_pairs_are_capped_to_a_whole_corner_of_the_topology():
+    from collapsar.manager.measure.liveprobe import MAX_PAIRS, capped
+
+    names = [f"s{i}" for i in range(50)]
+    every = [(a, b) for a in names for b in names if a != b]
+    kept = capped(every)
+    assert MAX_PAIRS == 256 and len(kept) == 16 * 15  # the first 16: 16 * 15 = 240 <= 256 < 17 * 16
+    assert set(kept) == {(a, b) for a in names[:16] for b in names[:16] if a != b}
+    assert capped(every[:100]) == every[:100]
