@@ -146,8 +146,20 @@ def merge(followers: list[Follower]) -> dict:
         "links": [],
     }
     for follower, snap in live:
-        for key in ("instances", "flows", "throughput"):
+        for key in ("instances", "flows", "throughput", "probe", "workload"):
+            merged.setdefault(key, [])
             merged[key] += [{**row, "host": follower.host} for row in snap.get(key, [])]
+    # Each manager shares for the flows its instances send: those are its
+    # "local" ones (the others it knows from its peers, and they say them).
+    merged["sharing"] = {
+        "enabled": any((snap.get("sharing") or {}).get("enabled") for _, snap in live),
+        "flows": [
+            {**flow, "host": follower.host}
+            for follower, snap in live
+            for flow in (snap.get("sharing") or {}).get("flows", [])
+            if flow.get("local", True)
+        ],
+    }
     merged["links"] = _merge_links([snap.get("links", []) for _, snap in live])
     if merged["state"] == "ended":
         ends = [snap.get("end") or {} for _, snap in latest]

@@ -26,9 +26,8 @@ def measured(tmp_path_factory):
 
 
 @pytest.mark.timing  # a starved host gives the spinning instance less than its quota
-def test_cpus_caps_a_spinning_instance_at_its_share(tmp_path, record_property):
+def test_cpus_caps_a_spinning_instance_at_its_share(tmp_path):
     share, groups = spin_share(tmp_path)
-    record_property("cpu_share", f"{share:.4f}")
     print(f"busy under cpus 0.5: {share:.4f} of a CPU")
     assert abs(share - CPU_SHARE) <= CPU_SHARE * TOLERANCE, share
     # Its one group: v1's cpu hierarchy (`N:cpu:/collapsar-RUNID/busy`), or v2's (`0::/...`).

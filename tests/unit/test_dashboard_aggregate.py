@@ -89,6 +89,29 @@ def test_merge_sums_link_loads_and_tags_hosts():
     assert a.snapshot["links"][0]["up"]["load_bps"] == 2_000_000  # inputs untouched
 
 
+def test_merge_keeps_each_managers_own_shares_probe_and_workload():
+    a, b = Follower("http://a:1", lambda: None), Follower("http://b:2", lambda: None)
+    a.snapshot, b.snapshot = snapshot("r1", 10, "web", 2_000_000), snapshot("r1", 20, "web-2", 3_000_000)
+    a.state = b.state = "up"
+    a.snapshot["sharing"] = {
+        "enabled": True,
+        "flows": [
+            {"src": "web", "dst": "db", "allowed_bps": 4_000_000, "local": True},
+            {"src": "web-2", "dst": "db", "allowed_bps": 6_000_000, "local": False},  # b's, as a learned it
+        ],
+    }
+    b.snapshot["sharing"] = {"enabled": True, "flows": [{"src": "web-2", "dst": "db", "allowed_bps": 6_000_000}]}
+    b.snapshot["workload"] = [{"client": "web-2", "requests": {"ok": 3}}]
+    merged = merge([a, b])
+    assert merged["sharing"]["enabled"] is True
+    assert [(f["src"], f["allowed_bps"], f["host"]) for f in merged["sharing"]["flows"]] == [
+        ("web", 4_000_000, "a:1"),
+        ("web-2", 6_000_000, "b:2"),
+    ]
+    assert merged["workload"] == [{"client": "web-2", "requests": {"ok": 3}, "host": "b:2"}]
+    assert merged["probe"] == []
+
+
 def test_merge_says_when_every_manager_is_gone():
     a = Follower("http://a:1", lambda: None)
     a.state, a.error = "unreachable", "ConnectionRefusedError"

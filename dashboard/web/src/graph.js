@@ -75,7 +75,7 @@ function serviceStates(instances) {
     const entry = by.get(service) || { up: 0, crashed: 0, total: 0 };
     entry.total += 1;
     if (inst.status === "up" && inst.network === "up") entry.up += 1;
-    if (inst.status === "crashed") entry.crashed += 1;
+    if (inst.status === "crashed" || inst.status === "oom-killed") entry.crashed += 1; // ended by force
     by.set(service, entry);
   }
   return by;
