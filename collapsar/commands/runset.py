@@ -69,15 +69,9 @@ def variants(path: str, sweep: Sweep | None, check: Callable[[Experiment], None]
 
 def make_set_dir(base: Path | None) -> Path:
     from collapsar.manager.addressing import new_run_id
-    from collapsar.manager.local.rundir import checked_state_dir
-    from collapsar.manager.safefiles import check_private_dir
+    from collapsar.manager.local.rundir import checked_run_base
 
-    if base is None:
-        base = checked_state_dir(create=True)
-    else:
-        os.makedirs(base, mode=0o755, exist_ok=True)
-        base = check_private_dir(base, "run directory base", sticky_leaf=True)
-    path = base / f"set-{new_run_id()}"
+    path = checked_run_base(base) / f"set-{new_run_id()}"
     os.mkdir(path, 0o700)  # never one that is already there, nor a symlink
     return path
 

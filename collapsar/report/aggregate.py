@@ -33,8 +33,9 @@ import math
 import statistics
 from collections.abc import Iterable
 
-import numpy as np
 from scipy import stats as scipy_stats
+
+from collapsar.report.figures import nearest_rank
 
 MAX_FLOWS = 40
 DIGITS = 6  # significant digits kept of every figure
@@ -153,16 +154,12 @@ def rtt_aggregate(runs: list[dict]) -> list[dict]:
     ]
 
 
-def _nearest_rank(values: list[float], q: float) -> float | None:
-    return float(np.quantile(values, q, method="inverted_cdf")) if values else None
-
-
 def event_aggregate(runs: list[dict]) -> tuple[list[dict], dict]:
     by_index: dict[int, list[dict]] = {}
     per_run = []
     for run in runs:
         late = [e["lateness_ms"] for e in run["events"] if e["lateness_ms"] is not None]
-        per_run.append((_nearest_rank(late, 0.5), _nearest_rank(late, 0.99)))
+        per_run.append((nearest_rank(late, 0.5), nearest_rank(late, 0.99)) if late else (None, None))
         for event in run["events"]:
             by_index.setdefault(event["index"], []).append(event)
     events = [

@@ -182,6 +182,12 @@ def event_figures(files: RunFiles) -> list[dict]:
     ]
 
 
+def nearest_rank(values, q: float) -> float:
+    """The smallest of `values` with at least a fraction `q` of them at or
+    below it (the percentiles of reports and aggregates alike)."""
+    return float(np.quantile(values, q, method="inverted_cdf"))
+
+
 def cdf(latencies_ms: np.ndarray, points: int = CDF_POINTS) -> dict:
     """The empirical CDF at `points` fractions: half of them evenly from 0
     to 0.99 (0.01 apart with the default), the other half in the tail
@@ -203,9 +209,9 @@ def _client_requests(files: RunFiles, client: str) -> dict:
         counts[status] = counts.get(status, 0) + 1
         if status == "OK" and (latency := _number(row.get("latency_us"))) is not None:
             latencies.append(latency / 1000)
-    ok = np.sort(np.array(latencies, dtype=np.float64))
+    ok = np.array(latencies, dtype=np.float64)
     quantiles = {
-        name: (round(float(np.quantile(ok, q, method="inverted_cdf")), 3) if ok.size else None)
+        name: None if ok.size == 0 else round(nearest_rank(ok, q), 3)
         for name, q in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99), ("max_ms", 1.0))
     }
     return {
@@ -219,7 +225,7 @@ def _client_requests(files: RunFiles, client: str) -> dict:
     }
 
 
-def workload_figures(files: RunFiles) -> dict | None:
+def workload_figures(files: RunFiles, with_breakdown: bool = True) -> dict | None:
     suffix = ".requests.csv"
     clients = [name[: -len(suffix)] for name in files.names(TRACE_DIR) if name.endswith(suffix)]
     if not clients:
@@ -231,6 +237,8 @@ def workload_figures(files: RunFiles) -> dict | None:
         seconds = per_second.get((client,), {"t": [], "p50_ms": [], "p99_ms": [], "sent": []})
         row["per_second"] = {k: seconds[k] for k in ("t", "p50_ms", "p99_ms", "sent")}
         rows.append(row)
+    if not with_breakdown:
+        return {"clients": rows, "breakdown": None, "breakdown_text": []}
     return {"clients": rows, **breakdown(files)}
 
 
@@ -263,8 +271,10 @@ def _version() -> str | None:
         return None
 
 
-def build(files: RunFiles, flows: int = MAX_FLOWS) -> dict:
-    """Every figure of the run in `files` (see the module's docstring)."""
+def build(files: RunFiles, flows: int = MAX_FLOWS, with_breakdown: bool = True) -> dict:
+    """Every figure of the run in `files` (see the module's docstring);
+    without the latency breakdown (its spans read and walked) if a caller
+    has no use for it."""
     plan = files.json("plan.json")
     experiment = files.text("experiment.yaml")
     if plan is None and experiment is None:
@@ -296,7 +306,7 @@ def build(files: RunFiles, flows: int = MAX_FLOWS) -> dict:
         "flows": flow_figures(files, flows),
         "links": link_figures(files),
         "rtt": rtt_figures(files),
-        "workload": workload_figures(files),
+        "workload": workload_figures(files, with_breakdown),
     }
     figures["run"]["duration_s"] = _duration(figures)
     figures["notes"] = _notes(files, figures)

@@ -60,6 +60,15 @@ def checked_state_dir(state: Path | None = None, create: bool = False) -> Path:
     return check_private_dir(state, "state directory")
 
 
+def checked_run_base(base: Path | None, state: Path | None = None) -> Path:
+    """Where run directories go: `base` (made if missing), or the state
+    directory; refused unless only root can change it or anything above it."""
+    if base is None:
+        return checked_state_dir(state, create=True)
+    os.makedirs(base, mode=0o755, exist_ok=True)
+    return check_private_dir(base, "run directory base", sticky_leaf=True)
+
+
 def _state_subdir(state: Path, name: str) -> Path:
     """STATE/journals or STATE/index, made if missing, checked as STATE is."""
     path = state / name
@@ -204,10 +213,7 @@ class RunDir:
     def create(cls, run_id: str, base: Path | None = None, state: Path | None = None) -> RunDir:
         check_run_id(run_id)
         state = checked_state_dir(state, create=True)
-        if base is not None:
-            os.makedirs(base, mode=0o755, exist_ok=True)
-            base = check_private_dir(base, "run directory base", sticky_leaf=True)
-        path = (base or state) / run_id
+        path = checked_run_base(base, state) / run_id
         try:
             os.mkdir(path, 0o700)  # fails on anything already there, a symlink included
         except FileExistsError:

@@ -20,16 +20,15 @@ from __future__ import annotations
 import bisect
 import errno
 import os
-import stat
 
 from collapsar.manager.measure.series import STATUSES
 from collapsar.manager.measure.workload import MAX_REQUESTS_BYTES
+from collapsar.runfiles import open_regular
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 READ_BYTES = 4 << 20  # per client and second: about 60,000 records
 MAX_BYTES = MAX_REQUESTS_BYTES
 SUFFIX = ".requests.csv"
-_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class _Client:
@@ -89,13 +88,9 @@ class WorkloadTail:
 
     def _open(self, instance: str, name: str) -> None:
         try:
-            fd = os.open(name, _FLAGS, dir_fd=self.dir_fd)
+            fd = open_regular(name, self.dir_fd)
         except OSError as error:
             self.refused[instance] = "a symlink" if error.errno == errno.ELOOP else str(error.strerror)
-            return
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            self.refused[instance] = "not a regular file"
             return
         self.clients[instance] = _Client(fd)
 

@@ -28,7 +28,6 @@ import csv
 import io
 import json
 import os
-import stat
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from collapsar.errors import CollapsarError
 from collapsar.manager.programs import resolve
 from collapsar.model import service_of
+from collapsar.runfiles import open_regular
 
 TRACE_ENV = "COLLAPSAR_TRACE_DIR"
 TRACE_DIR = "workload"  # in the run directory
@@ -246,14 +246,14 @@ def _read_written(path, limit: int) -> tuple[bytes | None, str | None]:
     (never a symlink followed or a FIFO waited on), read up to `limit`
     bytes and one more, so that the caller sees when it is larger."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_regular(path)
     except FileNotFoundError:
         return None, f"{TRACE_DIR}/{path.name} was not written"
     except OSError as error:
+        if error.errno == 0:  # open_regular's "not a regular file"
+            return None, f"{TRACE_DIR}/{path.name} is not a regular file"
         return None, f"{TRACE_DIR}/{path.name}: {error.strerror}"
     with open(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None, f"{TRACE_DIR}/{path.name} is not a regular file"
         return handle.read(limit + 1), None
 
 

@@ -1,5 +1,5 @@
 """`collapsar run --repeat 2 --sweep` for real: a bottleneck swept over two
-rates, each run twice (four short runs, about 25 s): the set directory
+rates, each run twice (four short runs, about 30 s): the set directory
 holds the four runs and set.json, the aggregate per value has each run's
 figures (n = 2) and a measured rate that follows the swept rate, and
 `collapsar report SETDIR` draws it."""
@@ -17,7 +17,7 @@ MBPS = 1_000_000
 TOPOLOGY = """\
 experiment: {name: set-run}
 services:
-  load: {command: [sh, -c, "sleep 0.3; iperf3 --client sink --time 2"]}
+  load: {command: [sh, -c, "sleep 0.3; iperf3 --client sink --time 4"]}
   sink: {command: [iperf3, --server, --one-off]}
 bridges: [sw]
 links:
@@ -38,7 +38,7 @@ def run_set(tmp_path_factory):
         "--sweep",
         "links[sw,sink].bandwidth=5Mbps,10Mbps",
         "--duration",
-        "3s",
+        "5s",  # four whole seconds of the flow: its median is not the first second's burst
         "--subnet",
         "10.83.0.0/24",
         "--run-dir",
