@@ -4,8 +4,11 @@ Owns the topology model (`model`), units (`units`), the YAML parser and its
 validation (`parser`; the `workload:` form of a service in `parse_workload`
 and `wl_values`), the Kollaps XML importer (`kollaps_xml`), collapsing the
 topology into end-to-end paths (`collapse`), the precomputed timeline
-(`timeline`), the analysis of a run's workload spans (`tracing`, behind
-`collapsar trace`) and the `collapsar` command line (`cli`).
+(`timeline`; links that follow a trace file compile into it in
+`linktraces`), host resources per instance and the modes that honour them
+(`resources`; the CPU speed's quota in `cpuspeed`), the analysis of a run's
+workload spans (`tracing`, behind `collapsar trace`) and the `collapsar`
+command line (`cli`).
 
 It does not touch the kernel, start processes or talk to Docker: those belong
 to `collapsar.tcal`, `collapsar.manager` and `collapsar.deploy`, which all

@@ -25,6 +25,7 @@ import numpy as np
 from collapsar.conditions import NO_RATE, Conditions
 from collapsar.errors import CollapsarError
 from collapsar.graph import RunGraph
+from collapsar.impairments import NO_EXTRAS, Extras, compose
 from collapsar.model import DISTRIBUTIONS, Experiment, LinkProps, Path
 from collapsar.pathattrs import fold_core, fold_sinks, fold_walk, walk
 from collapsar.routing import Router
@@ -97,7 +98,13 @@ class NetworkState:
             return None
         ids = walk(self.in_core[row], int(self.in_sink[row, col]), self.graph.link_src, self.graph.bridge_count)
         folded = fold_walk(ids, self.conditions)
-        return _path(src, dst, ids, folded.delay_us, folded.jitter_us(), folded.keep, folded.rate_bps, folded.dist_code)
+        return _path(
+            src,
+            dst,
+            ids,
+            (folded.delay_us, folded.jitter_us(), folded.keep, folded.rate_bps, folded.dist_code, folded.extra_sig),
+            self.conditions,
+        )
 
     def paths(self, sources: Iterable[str] | None = None) -> Iterator[Path]:
         """Every existing path from `sources` (default: all of this state's),
@@ -117,11 +124,15 @@ class NetworkState:
                 self.graph.instances[self._rows[row]],
                 self.graph.instances[col],
                 walk(self.in_core[row], int(self.in_sink[row, col]), link_src, bridges),
-                folded.delay_us[k, col],
-                jitter[k, col],
-                folded.keep[k, col],
-                folded.rate_bps[k, col],
-                folded.dist_code[k, col],
+                (
+                    folded.delay_us[k, col],
+                    jitter[k, col],
+                    folded.keep[k, col],
+                    folded.rate_bps[k, col],
+                    folded.dist_code[k, col],
+                    folded.extra_sig[k, col],
+                ),
+                self.conditions,
             )
 
     def unreachable(self) -> list[tuple[str, str]]:
@@ -172,19 +183,33 @@ def loss_of(keep: float) -> float:
     return round(1.0 - keep, 12)
 
 
-def _path(src: str, dst: str, link_ids: tuple[int, ...], delay_us, jitter_us, keep, rate_bps, dist_code) -> Path:
-    """A Path from one path's folded properties (numpy's or Python's numbers)."""
+def _path(src: str, dst: str, link_ids: tuple[int, ...], folded: tuple, cond: Conditions) -> Path:
+    """A Path from one path's folded properties (numpy's or Python's numbers:
+    delay, jitter, keep, rate, distribution code, extras signature); its
+    extras, when its links have any, are composed from theirs."""
+    delay_us, jitter_us, keep, rate_bps, dist_code, extra_sig = folded
     rate = int(rate_bps)
+    loss, extras = loss_of(float(keep)), NO_EXTRAS
+    in_order = cond.graph.experiment.settings.in_order
+    if extra_sig or (in_order and jitter_us):
+        loss, extras = compose([_link_terms(cond, link) for link in link_ids], in_order)
     return Path(
         src=src,
         dst=dst,
         delay_us=int(delay_us),
         jitter_us=int(jitter_us),
-        loss_ratio=loss_of(float(keep)),
+        loss_ratio=loss,
         rate_bps=None if rate == NO_RATE else rate,
         link_ids=link_ids,
         distribution=DISTRIBUTIONS[dist_code],
+        extras=extras,
     )
+
+
+def _link_terms(cond: Conditions, link: int) -> tuple[float, int, int | None, Extras]:
+    """What `collapsar.impairments.compose` needs of one link."""
+    rate = int(cond.rate_bps[link])
+    return float(cond.loss_ratio[link]), int(cond.jitter_us[link]), None if rate == NO_RATE else rate, cond.extras[link]
 
 
 def source_rows(graph: RunGraph, sources: Iterable[str] | None) -> np.ndarray:

@@ -11,13 +11,13 @@ without a Python loop.
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from collapsar.errors import Problem, TopologyError
 from collapsar.graph import RunGraph
+from collapsar.impairments import EXTRA_FIELDS, NO_EXTRAS, Extras
 from collapsar.model import (
     DISTRIBUTIONS,
     SHAPING_FIELDS,
@@ -56,6 +56,10 @@ class Conditions:
         self.loss_ratio = np.zeros(count, np.float64)
         self.rate_bps = np.full(count, NO_RATE, np.int64)
         self.dist_code = np.zeros(count, np.int8)
+        # Burst loss, reordering, ... (collapsar.impairments): the records, and
+        # a number naming each (0: none) that paths fold as a sum.
+        self.extras: list[Extras] = [NO_EXTRAS] * count
+        self.extra_sig = np.zeros(count, np.uint64)
         for link in graph.links:
             spec = graph.specs[link.spec]
             props = spec.up if link.direction == "up" else spec.down
@@ -74,8 +78,10 @@ class Conditions:
             "loss_ratio",
             "rate_bps",
             "dist_code",
+            "extra_sig",
         ):
             setattr(clone, name, getattr(self, name).copy())
+        clone.extras = list(self.extras)
         clone.partitions = list(self.partitions)
         clone._latest = dict(self._latest)  # noqa: SLF001 - the clone is this class's own
         return clone
@@ -99,6 +105,7 @@ class Conditions:
             distribution=DISTRIBUTIONS[self.dist_code[link_id]],
             loss_ratio=float(self.loss_ratio[link_id]),
             rate_bps=None if rate == NO_RATE else rate,
+            extras=self.extras[link_id],
         )
 
     def partition_group(self) -> list[np.ndarray]:
@@ -169,7 +176,7 @@ class Conditions:
             )
         for link in self.graph.links_of_spec[index]:
             changes = forward if link.direction == "up" else backward
-            unknown = sorted(set(changes) - set(SHAPING_FIELDS))
+            unknown = sorted(set(changes) - set(SHAPING_FIELDS) - set(EXTRA_FIELDS))
             if unknown:
                 raise TopologyError(
                     [
@@ -181,7 +188,7 @@ class Conditions:
                 )
             if changes:
                 values: dict[str, Any] = dict(changes)  # names checked here, values by the parser
-                self._set(link.id, replace(self.props(link.id), **values))
+                self._set(link.id, self.props(link.id).changed(values))
 
     def _set(self, link_id: int, props: LinkProps) -> None:
         self.delay_us[link_id] = props.delay_us
@@ -189,6 +196,8 @@ class Conditions:
         self.loss_ratio[link_id] = props.loss_ratio
         self.rate_bps[link_id] = NO_RATE if props.rate_bps is None else props.rate_bps
         self.dist_code[link_id] = DISTRIBUTIONS.index(props.distribution)
+        self.extras[link_id] = props.extras
+        self.extra_sig[link_id] = props.extras.signature()
 
     def _partition(self, event: PartitionEvent) -> None:
         groups = tuple(event.groups)

@@ -21,10 +21,12 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Literal, get_args
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal, get_args
 
+from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError, Where
+from collapsar.impairments import EXTRA_FIELDS, NO_EXTRAS, Extras
 
 # The shapes netem's jitter can take (collapsar.tcal.dist makes each one's table).
 JitterDistribution = Literal["normal", "pareto", "paretonormal", "uniform"]
@@ -45,6 +47,8 @@ class Settings:
     # Charge Ethernet's preamble, frame check and inter-frame gap so that goodput
     # matches a real link of the configured rate (see collapsar.tcal).
     wire_overhead: bool = True
+    # Jitter keeps packets in order on every link that does not say (`in-order`).
+    in_order: bool = False
     where: Where | None = None
 
 
@@ -69,7 +73,9 @@ class Service:
     workdir: str | None = None
     cpus: float | None = None
     cpuset: tuple[int, ...] | None = None  # the CPU numbers its instances may run on, sorted
+    cpu_speed: float | None = None  # each core this times as fast as the host's (collapsar.cpuspeed)
     memory_bytes: int | None = None
+    egress: EgressBucket | None = None  # a token bucket over each instance's egress (collapsar.egress)
     where: Where | None = None
     # Not compared: a command compiled from `workload:` is the same service
     # as one that writes that argv under `command:`.
@@ -89,11 +95,13 @@ class ShapingRules:
     delay_us: int
     jitter_us: int
     loss_ratio: float
+    extras: Extras
 
     @property
     def needs_netem(self) -> bool:
-        """Delay, jitter and loss need sch_netem; a rate alone is htb's."""
-        return bool(self.delay_us or self.jitter_us or self.loss_ratio)
+        """Delay, jitter, loss, reordering, duplication and corruption need
+        sch_netem; a rate and a queue alone are htb's and a pfifo's."""
+        return bool(self.delay_us or self.jitter_us or self.loss_ratio or self.extras.needs_netem)
 
     @property
     def jitter_lacks_delay(self) -> bool:
@@ -114,8 +122,18 @@ class LinkProps(ShapingRules):
     delay_us: int = 0
     jitter_us: int = 0
     distribution: JitterDistribution = "normal"
-    loss_ratio: float = 0.0
+    loss_ratio: float = 0.0  # with a loss model, its stationary rate
     rate_bps: int | None = None  # None: not limited by this link
+    extras: Extras = NO_EXTRAS  # burst loss, reordering, ... (collapsar.impairments)
+
+    def changed(self, changes: Mapping[str, Any]) -> LinkProps:
+        """This record with `changes` applied: shaping fields (SHAPING_FIELDS)
+        and the fields of its extras (EXTRA_FIELDS), by name."""
+        extra = {name: value for name, value in changes.items() if name in EXTRA_FIELDS}
+        own = {name: value for name, value in changes.items() if name not in EXTRA_FIELDS}
+        if extra:
+            own["extras"] = replace(self.extras, **extra)
+        return replace(self, **own)
 
 
 SHAPING_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LinkProps))
@@ -181,7 +199,8 @@ class LinkEvent:
 @dataclass(frozen=True)
 class LinkSetEvent:
     """Changes properties of an existing link; `up`/`down` hold only the fields
-    that change, by shaping field name (SHAPING_FIELDS, e.g. {"delay_us": 20000})."""
+    that change, by shaping field name (SHAPING_FIELDS, e.g. {"delay_us": 20000},
+    or EXTRA_FIELDS, e.g. {"reorder_ratio": 0.01}: see `LinkProps.changed`)."""
 
     at_us: int
     a: str
@@ -205,9 +224,31 @@ Event = ServiceEvent | BridgeEvent | LinkEvent | LinkSetEvent | PartitionEvent
 
 
 @dataclass(frozen=True)
+class LinkTrace:
+    """A link whose bandwidth, latency or loss follow a trace file
+    (collapsar.linktraces): what `collapsar collapse` and the dry run show."""
+
+    a: str
+    b: str
+    directions: tuple[Literal["up", "down"], ...]  # up: a -> b
+    file: str  # as messages name it
+    format: Literal["csv", "mahimahi"]
+    fields: tuple[str, ...]  # the shaping fields it sets
+    step_us: int
+    at_us: int
+    steps: int  # steps played, repeats included
+    changes: int  # LinkSetEvents it put in the events (a step at t=0 is in the link)
+    loop: bool = False
+    until_us: int | None = None
+    empty_steps: int = 0  # Mahimahi steps without a delivery opportunity (run at one packet)
+    where: Where | None = None
+
+
+@dataclass(frozen=True)
 class Experiment:
     """A whole validated experiment.  Events are sorted by time, stable in file
-    order; sugar (`flap`, `partition` with `until`) is already expanded."""
+    order; sugar (`flap`, `partition` with `until`) is already expanded, and
+    so are link traces: each step is a LinkSetEvent, `traces` says what they are."""
 
     settings: Settings
     services: tuple[Service, ...]
@@ -215,6 +256,23 @@ class Experiment:
     links: tuple[LinkSpec, ...]
     events: tuple[Event, ...] = ()
     source: str = "<memory>"
+    # Not compared: the steps are in `events`, and an experiment printed back
+    # (collapsar.yamlout) writes them as `set` events.
+    traces: tuple[LinkTrace, ...] = field(default=(), compare=False)
+
+    def background_link(self) -> tuple[Where | None, str] | None:
+        """Where a link first carries background traffic (its place and
+        `link A -> B`), at the start or by an event; None if none does."""
+        for spec in self.links:
+            if any(p is not None and p.extras.background for p in (spec.up, spec.down)):
+                return spec.where, f"link {spec.a} -> {spec.b}"
+        for event in self.events:
+            if isinstance(event, LinkEvent) and event.spec is not None:
+                if any(p is not None and p.extras.background for p in (event.spec.up, event.spec.down)):
+                    return event.where, f"link {event.a} -> {event.b}"
+            if isinstance(event, LinkSetEvent) and any(c.get("background") for c in (event.up, event.down)):
+                return event.where, f"link {event.a} -> {event.b}"
+        return None
 
     def service(self, name: str) -> Service:
         for service in self.services:
@@ -275,6 +333,7 @@ class Path(ShapingRules):
     rate_bps: int | None
     link_ids: tuple[LinkId, ...]
     distribution: JitterDistribution = "normal"
+    extras: Extras = NO_EXTRAS
 
     @property
     def props(self) -> LinkProps:

@@ -16,6 +16,9 @@ from collapsar.parse_link_props import DIRECTIONS, PROP_KEYS, Direction, PropVal
 from collapsar.yamlsrc import Node
 
 LINK_KEYS = ("from", "to", *PROP_KEYS, "direction")
+# A `links:` entry's own key, beside them and under up/down: not in events
+# (collapsar.linktraces reads it once the whole experiment is valid).
+TRACE_KEY = "trace"
 
 
 def build_spec(
@@ -28,7 +31,7 @@ def build_spec(
         return None
     directions: tuple[Direction, ...] = DIRECTIONS[:1] if one_way else DIRECTIONS
     written = {direction: values.toward(direction) for direction in directions}
-    props = {direction: LinkProps(**written[direction].shaping()) for direction in directions}
+    props = {direction: LinkProps().changed(written[direction].shaping()) for direction in directions}
     if not check_props(report, written, props, label, where.line):
         return None
     return LinkSpec(a, b, props["up"], props.get("down"), where)
@@ -69,13 +72,13 @@ def parse_links(report: Report, node: Node | None, elements: Elements) -> list[L
         label = link_label(item, index) if item.is_mapping else f"link {index + 1}"
         if pc.mapping(report, item, label) is None:
             continue
-        pc.check_keys(report, item, LINK_KEYS, label)
+        pc.check_keys(report, item, (*LINK_KEYS, TRACE_KEY), label)
         ends = [pc.required(report, item, key, label) for key in ("from", "to")]
         names = [
             element(report, end, f"{label}: {key}", elements) if end else None for end, key in zip(ends, ("from", "to"))
         ]
         one_way = read_direction(report, item, label)
-        values = read_props(report, item, label)
+        values = read_props(report, item, label, (TRACE_KEY,))
         a, b = names
         if a is None or b is None or one_way is None or values is None:
             continue

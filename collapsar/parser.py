@@ -4,8 +4,9 @@
 problem in the file and raise one `TopologyError` listing them with
 `file:line`; they never raise anything else, whatever the input.  This module
 reads the `experiment`, `services` and `bridges` blocks; links live in
-`parse_links`, events in `parse_events`, and the time-ordered checks of events
-(what is present when) in `presence`.  docs/language.md is the reference.
+`parse_links`, events in `parse_events`, the time-ordered checks of events
+(what is present when) in `presence`, and links that follow a trace file in
+`linktraces`.  docs/language.md is the reference.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import shlex
 from typing import Any
 
 from collapsar import parse_common as pc
+from collapsar.cpuspeed import parse_cpu_speed, speed_problem
 from collapsar.errors import Problem, TopologyError, Where
+from collapsar.linktraces.compile import compile_traces
 from collapsar.model import (
     DEFAULT_PERIOD_US,
     Bridge,
@@ -30,6 +33,7 @@ from collapsar.model import (
     instance_parts,
 )
 from collapsar.parse_common import Elements, Report, read_input
+from collapsar.parse_egress import read_egress
 from collapsar.parse_events import parse_events
 from collapsar.parse_links import parse_links
 from collapsar.parse_workload import compile_workload
@@ -39,8 +43,20 @@ from collapsar.units import parse_duration_us, parse_size_bytes
 from collapsar.yamlsrc import Node, load
 
 TOP_KEYS = ("experiment", "services", "bridges", "links", "events")
-SETTINGS_KEYS = ("name", "period", "paths", "seed", "wire-overhead")
-SERVICE_KEYS = ("command", "workload", "image", "replicas", "env", "workdir", "cpus", "cpuset", "memory")
+SETTINGS_KEYS = ("name", "period", "paths", "seed", "wire-overhead", "in-order")
+SERVICE_KEYS = (
+    "command",
+    "workload",
+    "image",
+    "replicas",
+    "env",
+    "workdir",
+    "cpus",
+    "cpuset",
+    "cpu-speed",
+    "memory",
+    "egress",
+)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -58,8 +74,10 @@ def parse_file(path: str | os.PathLike) -> Experiment:
     return parse_text(text, source)
 
 
-def parse_text(text: str, source: str = "<memory>") -> Experiment:
-    """Parse an experiment from YAML text; `source` names it in messages."""
+def parse_text(text: str, source: str = "<memory>", folder: str | None = None) -> Experiment:
+    """Parse an experiment from YAML text; `source` names it in messages.
+    Link trace files are read below `folder`, by default `source`'s folder
+    (none for a source like <memory>)."""
     report = Report(source)
     if not isinstance(text, str):
         raise TopologyError([Problem(Where(source, 1), "expected YAML text")])
@@ -67,10 +85,10 @@ def parse_text(text: str, source: str = "<memory>") -> Experiment:
     if root is None:
         report.raise_if_any()
     assert root is not None  # load() records a problem whenever it returns None
-    return parse_tree(report, root)
+    return parse_tree(report, root, folder)
 
 
-def parse_tree(report: Report, root: Node) -> Experiment:
+def parse_tree(report: Report, root: Node, folder: str | None = None) -> Experiment:
     """Validate an already loaded document (YAML, or XML translated to Nodes)."""
     source = report.source
     if not root.is_mapping:
@@ -95,9 +113,12 @@ def parse_tree(report: Report, root: Node) -> Experiment:
     report.raise_if_any()
     events = resolve(report, pending, elements, links, settings.seed)
     report.raise_if_any()
-    _check_total_instances(report, root, services, events)
+    traced = compile_traces(report, root.value.get("links"), links, events, folder)
+    _check_total_instances(report, root, services, traced.events)
     report.raise_if_any()
-    return Experiment(settings, tuple(services), tuple(bridges), tuple(links), tuple(events), source)
+    return Experiment(
+        settings, tuple(services), tuple(bridges), tuple(traced.links), tuple(traced.events), source, traced.traces
+    )
 
 
 def _check_total_instances(report: Report, root: Node, services: list[Service], events) -> None:
@@ -138,6 +159,7 @@ def _settings(report: Report, root: Node, source: str) -> Settings:
         "paths": ("path_metric", lambda n, label: pc.choice(report, n, label, ("latency", "hops"))),
         "seed": ("seed", lambda n, label: pc.integer(report, n, label, 0, 2**63 - 1)),
         "wire-overhead": ("wire_overhead", lambda n, label: pc.boolean(report, n, label)),
+        "in-order": ("in_order", lambda n, label: pc.boolean(report, n, label)),
     }
     for key, (field_name, read) in readers.items():
         if key in fields:
@@ -223,6 +245,10 @@ def _service(report: Report, name: str, body: Node, label: str, line: int) -> Se
         values["cpuset"] = pc.unit(report, fields["cpuset"], f"{label}: cpuset", parse_cpu_list)
     if "memory" in fields:
         values["memory_bytes"] = pc.unit(report, fields["memory"], f"{label}: memory", parse_size_bytes)
+    if "cpu-speed" in fields:
+        values["cpu_speed"] = _cpu_speed(report, fields["cpu-speed"], values, label)
+    if "egress" in fields:
+        values["egress"] = read_egress(report, fields["egress"], f"{label}: egress")
     if not (fields.get("command") or fields.get("workload") or fields.get("image")):
         report.add(line, f"{label}: needs a command (or an image for the Docker modes)")
     kept = {key: value for key, value in values.items() if value is not None}
@@ -275,6 +301,17 @@ def _env(report: Report, node: Node, label: str) -> dict[str, str] | None:
             if word is not None:
                 env[key] = word
     return env
+
+
+def _cpu_speed(report: Report, node: Node, values: dict[str, Any], label: str) -> float | None:
+    """A speed and the cores it applies to (collapsar.cpuspeed); a bad cpus
+    or cpuset was reported already, so the cores are not checked then."""
+    speed = pc.unit(report, node, f"{label}: cpu-speed", parse_cpu_speed)
+    bad_cores = any(key in values and values[key] is None for key in ("cpus", "cpuset"))
+    problem = None if speed is None or bad_cores else speed_problem(speed, values.get("cpus"), values.get("cpuset"))
+    if problem:
+        report.add(node.line, f"{label}: {problem}")
+    return speed
 
 
 def _cpus(report: Report, node: Node, label: str) -> float | None:

@@ -18,7 +18,11 @@ The folds (the `collapsar.model.Path` contract):
 - loss: 1 - prod(1 - loss_i) (a packet survives each link independently);
 - rate: min of the link rates; unlimited links do not count;
 - distribution: that of the link with the largest jitter, the first one on
-  the path if several share it; "normal" when no link has jitter.
+  the path if several share it; "normal" when no link has jitter;
+- extras (burst loss, reordering, queue, ...: `collapsar.impairments`): the
+  sum, modulo 2^64, of a number naming each link's (0 for none), so a fold
+  tells whether a path has any and whether they changed; the path's own
+  extras are composed from its links when it is built (`collapsar.collapse`).
 """
 
 from __future__ import annotations
@@ -30,14 +34,15 @@ from typing import Any
 import numpy as np
 
 from collapsar.conditions import NO_RATE, Conditions
+from collapsar.impairments import SIGNATURE_MASK
 
 # One folded property of many paths (an array, one entry per path) or of
 # one path folded on its own (a plain number: numpy's cost per call would
 # be most of the work for a handful of hops).
 Values = Any
 # The fold of an empty path, property by property, and each one's array type.
-_START = (0, 0, 1.0, int(NO_RATE), 0, 0)
-_DTYPES = (np.int64, np.int64, np.float64, np.int64, np.int64, np.int8)
+_START = (0, 0, 1.0, int(NO_RATE), 0, 0, 0)
+_DTYPES = (np.int64, np.int64, np.float64, np.int64, np.int64, np.int8, np.uint64)
 
 
 @dataclass
@@ -51,6 +56,7 @@ class Folded:
     rate_bps: Values  # int64, NO_RATE: unlimited
     max_jitter: Values  # int64
     dist_code: Values  # int8
+    extra_sig: Values  # uint64, sum of the links' Extras.signature()
 
     @classmethod
     def identity(cls, shape: tuple[int, ...] | None) -> Folded:
@@ -61,7 +67,13 @@ class Folded:
         return cls(*(np.full(shape, start, dtype) for start, dtype in zip(_START, _DTYPES)))
 
     def then(
-        self, delay_us: Values, jitter_us: Values, loss_ratio: Values, rate_bps: Values, dist_code: Values
+        self,
+        delay_us: Values,
+        jitter_us: Values,
+        loss_ratio: Values,
+        rate_bps: Values,
+        dist_code: Values,
+        extra_sig: Values,
     ) -> Folded:
         """These paths, each followed by one more link with these properties
         (arrays like the fold's, or numbers): the fold, written once."""
@@ -74,6 +86,7 @@ class Folded:
             _choose(rate_bps < self.rate_bps, rate_bps, self.rate_bps),  # the smaller
             _choose(takes_over, jitter_us, self.max_jitter),
             _choose(takes_over, dist_code, self.dist_code),
+            _sum_signatures(self.extra_sig, extra_sig),
         )
 
     def jitter_us(self) -> Values:
@@ -84,7 +97,22 @@ class Folded:
             mine[index] = theirs
 
     def arrays(self) -> tuple[Values, ...]:
-        return (self.delay_us, self.jitter_sq, self.keep, self.rate_bps, self.max_jitter, self.dist_code)
+        return (
+            self.delay_us,
+            self.jitter_sq,
+            self.keep,
+            self.rate_bps,
+            self.max_jitter,
+            self.dist_code,
+            self.extra_sig,
+        )
+
+
+def _sum_signatures(a: Values, b: Values) -> Values:
+    """a + b modulo 2^64: uint64 arrays wrap by themselves, plain numbers are masked."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return a + b
+    return (int(a) + int(b)) & SIGNATURE_MASK
 
 
 def _choose(take: Values, new: Values, old: Values) -> Values:
@@ -96,7 +124,14 @@ def _choose(take: Values, new: Values, old: Values) -> Values:
 
 def _links(cond: Conditions, link: Values) -> tuple[Values, ...]:
     """The properties of `link` (an id or an array of ids), in `Folded.then`'s order."""
-    return cond.delay_us[link], cond.jitter_us[link], cond.loss_ratio[link], cond.rate_bps[link], cond.dist_code[link]
+    return (
+        cond.delay_us[link],
+        cond.jitter_us[link],
+        cond.loss_ratio[link],
+        cond.rate_bps[link],
+        cond.dist_code[link],
+        cond.extra_sig[link],
+    )
 
 
 def _extend(parent: Folded, at: np.ndarray, link: np.ndarray, cond: Conditions) -> Folded:

@@ -287,7 +287,7 @@ class _Replay:
             )
             return None
         written = {d: values.toward(d) for d in DIRECTIONS if d not in missing}
-        new = {d: replace(props, **written[d].shaping()) for d in DIRECTIONS if (props := now[d]) is not None}
+        new = {d: props.changed(written[d].shaping()) for d in DIRECTIONS if (props := now[d]) is not None}
         if not check_props(self.report, written, new, p.label, p.line):
             return None
         link.spec = replace(spec, up=new[forward], down=new.get(backward))

@@ -1,10 +1,13 @@
-"""Host resources per instance: the service keys `cpus`, `cpuset` and
-`memory`, and which of them each runtime mode can honour.
+"""Host resources per instance: the service keys `cpus`, `cpuset`,
+`cpu-speed` (collapsar.cpuspeed) and `memory`, and which of them each
+runtime mode can honour.
 
   local    a control group per instance (collapsar.manager.local.limits)
-  compose  the engine's cpus, cpuset and mem_limit (collapsar.deploy.stack)
+  compose  the engine's cpus, cpuset and mem_limit, or with cpu-speed its
+           cpu_quota and cpu_period (collapsar.deploy.stack)
   swarm    the engine's resources.limits: cpus and memory; a Swarm service
-           cannot pin CPUs (`docker service` has no cpuset)
+           cannot pin CPUs (`docker service` has no cpuset) nor choose its
+           CPU period (so no cpu-speed)
 
 A key a mode cannot honour is an error naming the mode and the key, raised
 before that mode deploys anything (`check_mode`), never a limit silently
@@ -22,7 +25,11 @@ from collapsar.model import Experiment, Service
 MODES = ("local", "compose", "swarm")
 # mode -> key -> why that mode cannot honour it
 CANNOT: dict[str, dict[str, str]] = {
-    "swarm": {"cpuset": "a Swarm service cannot pin CPUs (docker service has no cpuset)"},
+    "swarm": {
+        "cpuset": "a Swarm service cannot pin CPUs (docker service has no cpuset)",
+        "cpu-speed": "a Swarm service cannot set its CPU period (its cpus limit is a quota per Docker's "
+        "fixed 100 ms period, not cpu-speed's 10 ms)",
+    },
 }
 MAX_CPU = 8191  # the kernel's largest NR_CPUS is 8192
 _CPU_LIST = "CPU numbers like 0-1 or 0,2-3"
@@ -67,6 +74,8 @@ def keys_set(service: Service) -> list[str]:
         keys.append("cpus")
     if service.cpuset is not None:
         keys.append("cpuset")
+    if service.cpu_speed is not None:
+        keys.append("cpu-speed")
     if service.memory_bytes is not None:
         keys.append("memory")
     return keys

@@ -105,6 +105,7 @@ def _differs(a: Folded, b: Folded) -> np.ndarray:
         | (a.keep != b.keep)
         | (a.rate_bps != b.rate_bps)
         | (a.dist_code != b.dist_code)
+        | (a.extra_sig != b.extra_sig)
     )
 
 
@@ -115,6 +116,7 @@ def _props_changed(old: Conditions, new: Conditions) -> np.ndarray:
         | (old.loss_ratio != new.loss_ratio)
         | (old.rate_bps != new.rate_bps)
         | (old.dist_code != new.dist_code)
+        | (old.extra_sig != new.extra_sig)
     )
 
 

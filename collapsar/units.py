@@ -128,6 +128,14 @@ def parse_rate_bps(text: object) -> int:
     return bps
 
 
+def parse_rate_or_zero(text: object) -> int:
+    """A rate, or zero (`0`, `0Mbps`): a spread around a mean rate."""
+    value, unit = _split(text, "a rate like 2Mbps, or 0")
+    if value == 0 and (unit == "" or unit.lower() in _RATE_BPS):
+        return 0
+    return parse_rate_bps(text)
+
+
 def parse_link_delay_us(text: object) -> int:
     """A link's latency or jitter: a duration of at most MAX_LINK_DELAY_US."""
     delay_us = parse_duration_us(text)
@@ -138,7 +146,24 @@ def parse_link_delay_us(text: object) -> int:
 
 def parse_loss_ratio(text: object) -> float:
     """'0.1%' -> 0.001; 0.001 -> 0.001; must lie in [0, 1]."""
-    expected = "a loss like 0.1% or 0.001"
+    return _ratio(text, "a loss like 0.1% or 0.001")
+
+
+def parse_probability(text: object) -> float:
+    """'1%' -> 0.01; 0.01 -> 0.01: a probability per packet, in [0, 1]."""
+    return _ratio(text, "a probability like 1% or 0.01")
+
+
+def parse_burst(text: object) -> float:
+    """A mean burst length in packets: a number of at least 1 (`3`, `2.5`)."""
+    expected = "a mean burst length in packets, a number of at least 1 like 3"
+    value, unit = _split(text, expected)
+    if unit != "" or value < 1.0:
+        raise UnitError(f"expected {expected}, got {text!r}")
+    return value
+
+
+def _ratio(text: object, expected: str) -> float:
     value, unit = _split(text, expected)
     if unit == "%":
         value /= 100.0

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import yaml
 
+from collapsar.egress import EgressBucket
+from collapsar.impairments import EXTRA_FIELDS, NO_EXTRAS, Background, Queue
 from collapsar.model import (
     DEFAULT_PERIOD_US,
     BridgeEvent,
@@ -28,7 +31,7 @@ from collapsar.model import (
     Service,
     ServiceEvent,
 )
-from collapsar.parse_link_props import FIELD_OF_KEY
+from collapsar.parse_link_props import EXTRA_FIELD_OF_KEY, FIELD_OF_KEY
 from collapsar.resources import format_cpu_list
 from collapsar.units import format_duration_us, format_rate_bps
 
@@ -120,9 +123,26 @@ def _service(service: Service) -> list[str]:
         lines.append(f"    cpus: {service.cpus!r}")
     if service.cpuset is not None:
         lines.append(f"    cpuset: {quote(format_cpu_list(service.cpuset))}")
+    if service.cpu_speed is not None:
+        lines.append(f"    cpu-speed: {service.cpu_speed!r}")
     if service.memory_bytes is not None:
         lines.append(f"    memory: {_size(service.memory_bytes)}")
+    if service.egress is not None:
+        lines.append(f"    egress: {_egress(service.egress)}")
     return lines
+
+
+def _egress(bucket: EgressBucket) -> str:
+    if bucket.credits:
+        assert bucket.peak_bps is not None
+        items = {"baseline": format_rate_bps(bucket.rate_bps), "burst-rate": format_rate_bps(bucket.peak_bps)}
+        return _flow({**items, "credits": str(bucket.burst_bytes)})
+    items = {"rate": format_rate_bps(bucket.rate_bps), "burst": str(bucket.burst_bytes)}
+    if bucket.peak_bps is not None:
+        items["peak"] = format_rate_bps(bucket.peak_bps)
+    if bucket.peak_burst_bytes is not None:
+        items["peak-burst"] = str(bucket.peak_burst_bytes)
+    return _flow(items)
 
 
 def _value(name: str, value: int | float | str) -> str:
@@ -134,12 +154,42 @@ def _value(name: str, value: int | float | str) -> str:
     return repr(value) if name == "loss_ratio" else str(value)
 
 
-def _keys(fields: Mapping[str, int | float | str]) -> dict[str, str]:
-    """Shaping fields as the keys that set them, in the language's order."""
-    return {key: _value(name, fields[name]) for key, name in FIELD_OF_KEY.items() if name in fields}
+def _keys(fields: Mapping[str, Any]) -> dict[str, str]:
+    """Shaping fields (and the extras' fields) as the keys that set them, in
+    the language's order; a loss chain is written as the chain itself."""
+    items = {key: _value(name, fields[name]) for key, name in FIELD_OF_KEY.items() if name in fields}
+    model = fields.get("loss_model")
+    if model is not None:
+        items["loss"] = _flow(
+            {
+                "to-bad": repr(model.to_bad),
+                "to-good": repr(model.to_good),
+                "loss-in-bad": repr(model.loss_in_bad),
+                "loss-in-good": repr(model.loss_in_good),
+            }
+        )
+    for key, name in EXTRA_FIELD_OF_KEY.items():
+        if name in fields and fields[name] is not None:
+            items[key] = _extra(fields[name])
+    return items
 
 
-def _by_direction(up: Mapping[str, int | float | str], down: Mapping[str, int | float | str]) -> dict[str, str]:
+def _extra(value: Any) -> str:
+    """An extra's value as the language writes it: a ratio, true/false, a queue."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Queue):
+        return str(value.packets) if value.packets is not None else format_duration_us(value.time_us or 0)
+    if isinstance(value, Background):
+        items = {"mean": format_rate_bps(value.mean_bps), "sd": format_rate_bps(value.sd_bps) if value.sd_bps else "0"}
+        items["every"] = format_duration_us(value.every_us)
+        if value.rtt_us is not None:
+            items["rtt"] = format_duration_us(value.rtt_us)
+        return _flow(items)
+    return repr(value)
+
+
+def _by_direction(up: Mapping[str, Any], down: Mapping[str, Any]) -> dict[str, str]:
     """The shaping fields of a link's two directions as written: what they
     share for both, the rest under up and down; a rate alone as `up: 5Mbps`.
     A field absent from one side is that side's default (for a link) or
@@ -157,10 +207,13 @@ def _by_direction(up: Mapping[str, int | float | str], down: Mapping[str, int | 
     return items
 
 
-def _written(props: LinkProps) -> dict[str, int | float | str]:
-    """The fields of a link's direction that differ from the defaults."""
+def _written(props: LinkProps) -> dict[str, Any]:
+    """The fields of a link's direction (its extras' too) that differ from the defaults."""
     fields = {name: getattr(props, name) for name in FIELD_OF_KEY.values()}
-    return {name: value for name, value in fields.items() if value is not None and value != getattr(_DEFAULT, name)}
+    written = {name: value for name, value in fields.items() if value is not None and value != getattr(_DEFAULT, name)}
+    extras = {name: getattr(props.extras, name) for name in EXTRA_FIELDS}
+    written.update((name, value) for name, value in extras.items() if value != getattr(NO_EXTRAS, name))
+    return written
 
 
 def _link(spec: LinkSpec) -> dict[str, str]:

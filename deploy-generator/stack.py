@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 
+from collapsar.cpuspeed import cpu_bandwidth, slowed
 from collapsar.deploy.manager_spec import MANAGER_SPEC, manager_environment
 from collapsar.deploy.naming import (
     BOOTSTRAP_SERVICE,
@@ -161,7 +162,7 @@ def _topology_env(options: DeployOptions) -> dict[str, str]:
 
 
 def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: DeployOptions) -> dict:
-    check_mode(experiment, "swarm")  # no cpuset: a Swarm service cannot pin CPUs
+    check_mode(experiment, "swarm")  # no cpuset nor cpu-speed: a Swarm service has neither
     services: dict[str, dict] = {}
     for service in experiment.services:
         spec = _instance_base(service, options)
@@ -239,7 +240,13 @@ def compose_file(experiment: Experiment, replicas: dict[str, int], options: Depl
         spec = _instance_base(service, options)
         spec["scale"] = replicas[service.name]
         spec["restart"] = "no"
-        if service.cpus is not None:
+        if slowed(service):
+            # One quota for cpus and cpu-speed, as local mode writes it
+            # (Docker refuses cpus together with a period).
+            bandwidth = cpu_bandwidth(service)
+            assert bandwidth is not None
+            spec["cpu_period"], spec["cpu_quota"] = bandwidth.period_us, bandwidth.quota_us
+        elif service.cpus is not None:
             spec["cpus"] = service.cpus
         if service.cpuset is not None:
             spec["cpuset"] = format_cpu_list(service.cpuset)

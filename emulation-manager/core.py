@@ -22,7 +22,9 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import cast
 
+from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError
+from collapsar.impairments import with_loss
 from collapsar.model import LinkProps, Path, shaping_values
 from collapsar.tcal.contract import ShapingChange, ShapingTree, TreeFactory
 from collapsar.tcal.plan import Shaping
@@ -49,9 +51,10 @@ def effective(path: Path, override: Override | None, netem: bool) -> LinkProps:
     rate, loss = props.rate_bps, props.loss_ratio
     if override.rate_bps is not None:
         rate = override.rate_bps if rate is None else min(rate, override.rate_bps)
+    extras = props.extras
     if override.loss_ratio and netem:  # without netem there is no loss to set
-        loss = 1.0 - (1.0 - loss) * (1.0 - override.loss_ratio)
-    return replace(props, rate_bps=rate, loss_ratio=loss)
+        loss, extras = with_loss(loss, extras, override.loss_ratio)
+    return replace(props, rate_bps=rate, loss_ratio=loss, extras=extras)
 
 
 WHOLE_CUT_FROM = 2  # destinations cut in one step, none left with a path: one cut_all instead
@@ -82,8 +85,10 @@ class EmulationCore:
         shaping_type: type[Shaping],
         netem: bool,
         wire_overhead: bool,
+        egress: EgressBucket | None = None,
     ):
         self.instance = instance
+        self.egress = egress  # its token bucket over all it sends (collapsar.egress)
         self.ifname, self.netns = ifname, netns
         self.ip_of = ip_of
         self.netem, self.wire_overhead = netem, wire_overhead
@@ -128,8 +133,9 @@ class EmulationCore:
         the placeholders are cut after.  `groups`: dst -> its changes over
         the run (play.player.lineages), the hint ShapingTree.setup takes."""
         plan = self.plan(paths)
+        bucket = {} if self.egress is None else {"bucket": self.egress}
         self._tree = self._tree_factory(
-            self.ifname, netns=self.netns, wire_overhead=self.wire_overhead, netem=self.netem
+            self.ifname, netns=self.netns, wire_overhead=self.wire_overhead, netem=self.netem, **bucket
         )
         ip_groups = None if groups is None else {self.ip_of[dst]: key for dst, key in groups.items()}
         self._tree.setup(plan.shapings, ip_groups)

@@ -11,11 +11,12 @@ one.
 
 from __future__ import annotations
 
+from collapsar.linktraces.compile import describe as describe_trace
 from collapsar.manager.addressing import NetworkPlan, plan_network
 from collapsar.manager.core import EmulationCore, InstallPlan, needs_netem
 from collapsar.manager.experiment import all_instances, launches, paths_from, timeline_paths
-from collapsar.model import Experiment, Service, service_of
-from collapsar.resources import format_cpu_list
+from collapsar.manager.local.limits import describe_limits
+from collapsar.model import Experiment, service_of
 
 PLACEHOLDER_RUN_ID = "000000"
 
@@ -35,6 +36,8 @@ def core_plans(timeline, network: NetworkPlan, netem: bool, wire_overhead: bool)
 
 
 def describe_run(experiment: Experiment, timeline, subnet: str) -> list[str]:
+    from collapsar.tcal.bucket import describe as describe_bucket
+    from collapsar.tcal.bucket import tbf_params
     from collapsar.tcal.plan import plan_tree
 
     instances = all_instances(timeline)
@@ -49,6 +52,10 @@ def describe_run(experiment: Experiment, timeline, subnet: str) -> list[str]:
         f"subnet {network.subnet}, leaves: {'netem' if netem else 'pfifo (no delay/jitter/loss)'}, "
         f"{len(timeline.steps) - 1} timeline steps after t=0"
     ]
+    if experiment.traces:
+        changed = sum(len(step.changed) for step in timeline.steps[1:])
+        lines += [describe_trace(trace) for trace in experiment.traces]
+        lines.append(f"timeline: {changed} path changes after t=0, each prepared before t=0")
     for net in network.instances:
         launch = runnable.get(net.instance)
         when = "at t=0" if net.instance in present else "on a later join"
@@ -56,10 +63,14 @@ def describe_run(experiment: Experiment, timeline, subnet: str) -> list[str]:
         lines.append(
             f"instance {net.instance}: {net.ip}/{net.prefixlen} on {net.netns}/{net.ifname}, starts {when}: {command}"
         )
-        limits = _limits(experiment.service(service_of(experiment, net.instance)))
+        limits = describe_limits(experiment.service(service_of(experiment, net.instance)))
         if limits:
             lines.append(f"  limits, in its own control groups (local/limits.py): {limits}")
         setup = plans[net.instance]
+        egress = experiment.service(service_of(experiment, net.instance)).egress
+        if egress is not None:
+            lines.append(f"  egress {egress.describe()}")
+            lines.append(f"  {describe_bucket(tbf_params(egress, wire_overhead=wire_overhead))}")
         tree = plan_tree(setup.shapings, wire_overhead=wire_overhead, netem=netem)
         lines += [f"  {line}" for line in tree.describe()]
         if setup.whole_cut:
@@ -67,14 +78,3 @@ def describe_run(experiment: Experiment, timeline, subnet: str) -> list[str]:
         elif setup.cut:
             lines.append(f"  cut at t=0 (blackhole): {', '.join(setup.cut)}")
     return lines
-
-
-def _limits(service: Service) -> str:
-    parts = []
-    if service.cpus is not None:
-        parts.append(f"cpus {service.cpus:g}")
-    if service.cpuset is not None:
-        parts.append(f"cpuset {format_cpu_list(service.cpuset)}")
-    if service.memory_bytes is not None:
-        parts.append(f"memory {service.memory_bytes / 2**20:g} MiB")
-    return ", ".join(parts)

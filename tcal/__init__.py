@@ -14,7 +14,10 @@ namespace, `tree` keeps the kernel's tree in step (`TcTree`, with what it
 knows of each destination in `dest`), `link` sets the interface's GSO
 limit, `prepared` puts a whole timeline step in force at one instant
 (`PreparedStep`, with `fire/`), `check` probes the kernel first
-(`check_kernel`).  The eBPF counters live in `bpf/` and `counters`.
+(`check_kernel`).  The eBPF programs live in `bpf/`: the counters
+(`counters`) and the duplicator that copies packets for a destination's
+duplicate ratio (`duplicate`: netem's own cannot share a tree with other
+netems).
 
 It does not decide what to shape: the emulation manager's core turns paths
 into the records this layer installs.

@@ -30,6 +30,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
+from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError
 from collapsar.model import shaping_values
 from collapsar.tcal import nlmsg as m
@@ -39,7 +40,7 @@ from collapsar.tcal.layout import ROOT_MAJOR, U32Slot, classid, format_handle
 from collapsar.tcal.nlsock import KernelFailure
 from collapsar.tcal.plan import LeafParams, Shaping, check_unique, leaf_params
 from collapsar.tcal.requests import BLACKHOLE
-from collapsar.tcal.tree import TcTree
+from collapsar.tcal.tree import TcTree, duplicate_ratio, kernel_leaf
 
 _shared_of = operator.attrgetter("shared")
 
@@ -82,8 +83,15 @@ class ActiveTcTree(TcTree):
     """TcTree's contract (collapsar.tcal.contract.ShapingTree) with classes
     made only for destinations that carry traffic (see the module's text)."""
 
-    def __init__(self, ifname: str, netns: str | None = None, wire_overhead: bool = True, netem: bool = True):
-        super().__init__(ifname, netns, wire_overhead=wire_overhead, netem=netem)
+    def __init__(
+        self,
+        ifname: str,
+        netns: str | None = None,
+        wire_overhead: bool = True,
+        netem: bool = True,
+        bucket: EgressBucket | None = None,
+    ):
+        super().__init__(ifname, netns, wire_overhead=wire_overhead, netem=netem, bucket=bucket)
         self._dormant: dict[str, Dormant] = {}
         self._shared: dict[tuple, Shared] = {}
 
@@ -120,6 +128,7 @@ class ActiveTcTree(TcTree):
             self._dormant[s.dst_ip] = Dormant(s.dst_ip, slot, shared)
             shared.members.add(s.dst_ip)
         self._finish(reqs, tables)
+        self._duplicate_from_start(shapings)
 
     def activate(self, dst_ips: Iterable[str]) -> int:
         """Own classes for these destinations (those already active, removed or
@@ -220,6 +229,7 @@ class ActiveTcTree(TcTree):
         if ip in self._dests or ip in self._dormant:
             raise CollapsarError(f"{self._where()}: destination {ip} is already in the tree")
         leaf_params(shaping, netem=self.netem, mtu_bytes=self._mtu)  # refuses what this tree cannot shape
+        self._need_duplicator(duplicate_ratio(shaping))
         reqs: list[m.Request] = []
         shared = self._shared_for(shaping, None, reqs, [])
         removed_slot = self._removed.pop(ip, None)
@@ -236,6 +246,7 @@ class ActiveTcTree(TcTree):
 
         def then(failures: list[KernelFailure]) -> None:
             if not failures:
+                self._duplicate({ip: duplicate_ratio(shaping)})
                 return
             del self._dormant[ip]
             shared.members.discard(ip)
@@ -266,6 +277,7 @@ class ActiveTcTree(TcTree):
                 self._keep(emptied)
                 self._raise(failures, "remove")
             self._free(emptied)
+            self._duplicate({dst_ip: 0.0})
 
         self._socket.submit(reqs, then)
 
@@ -307,10 +319,16 @@ class ActiveTcTree(TcTree):
         retagged: list[tuple[Shared, tuple, Shaping, LeafParams]] = []
         moved: list[tuple[Dormant, Shared]] = []
         left: set[Shared] = set()
+        dups: dict[str, float] = {}  # new duplicate ratios, in force once the requests are
+        for new, _, _ in moves:  # before anything changes
+            self._need_duplicator(duplicate_ratio(new))
         for new, shared, members in moves:
             key = (shaping_values(new), shared.group)
             if key == shared.key:
                 continue
+            ratio = duplicate_ratio(new)
+            if ratio != duplicate_ratio(shared.record):
+                dups.update(dict.fromkeys(members, ratio))
             if len(members) == len(shared.members) and key not in self._shared:
                 retagged.append((shared, shared.key, shared.record, shared.leaf))
                 self._change_in_place(shared, key, new, reqs)
@@ -326,12 +344,13 @@ class ActiveTcTree(TcTree):
                     reqs.append(self._requests.filter(d.slot, d.ip, target.classid, f"destination {d.ip}: {what}"))
             left.add(shared)
         emptied = self._delete_empty(left, reqs)
-        if not reqs:
+        if not reqs and not dups:
             return
 
         def then(failures: list[KernelFailure]) -> None:
             if not failures:
                 self._free(emptied)
+                self._duplicate(dups)
                 return
             for d, shared in reversed(moved):
                 d.shared.members.discard(d.ip)
@@ -355,8 +374,10 @@ class ActiveTcTree(TcTree):
         if new.rate_bps != shared.record.rate_bps:
             reqs.append(self._requests.klass(shared.classid, self._htb(new.rate_bps), m.CHANGE, what, None))
         leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu)
-        leaf = leaf._replace(limit_pkts=max(leaf.limit_pkts, shared.leaf.limit_pkts))
-        if leaf != shared.leaf:
+        if new.extras.queue is None and shared.record.extras.queue is None:
+            # The default sizing only grows; a queue the user sets is exact.
+            leaf = leaf._replace(limit_pkts=max(leaf.limit_pkts, shared.leaf.limit_pkts))
+        if kernel_leaf(leaf) != kernel_leaf(shared.leaf):
             reqs.append(self._requests.leaf(shared.minor, leaf, True, m.CHANGE, None))
         del self._shared[shared.key]
         shared.key, shared.record, shared.leaf = key, new, leaf

@@ -12,6 +12,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError
 from collapsar.model import SHAPING_FIELDS, LinkProps
 from collapsar.tcal.plan import Shaping
@@ -133,4 +134,6 @@ class ShapingTree(Protocol):
 class TreeFactory(Protocol):
     """How the emulation core gets its tree (TcTree's constructor, or a fake's)."""
 
-    def __call__(self, ifname: str, *, netns: str | None, wire_overhead: bool, netem: bool) -> ShapingTree: ...
+    def __call__(
+        self, ifname: str, *, netns: str | None, wire_overhead: bool, netem: bool, bucket: EgressBucket | None = None
+    ) -> ShapingTree: ...

@@ -35,7 +35,21 @@ from collapsar.errors import EnvironmentProblem, KernelError
 from collapsar.tcal.built import TCAL_DIR, load_built
 
 LIBRARY_PATH = TCAL_DIR / "build" / "libcxcounters.so"
-_SOURCES = ("bpf/counters.bpf.c", "bpf/counters.h", "bpf/loader.c", "bpf/loader.h", "Makefile")
+# Also the duplicator's (collapsar.tcal.duplicate): one library holds both loaders.
+LIBRARY_SOURCES = (
+    "bpf/counters.bpf.c",
+    "bpf/counters.h",
+    "bpf/loader.c",
+    "bpf/loader.h",
+    "bpf/reader.c",
+    "bpf/tchook.c",
+    "bpf/internal.h",
+    "bpf/duplicate.bpf.c",
+    "bpf/duplicate.h",
+    "bpf/duplicator.c",
+    "bpf/duplicator.h",
+    "Makefile",
+)
 BTF_PATH = pathlib.Path("/sys/kernel/btf/vmlinux")
 
 # Preamble+SFD 8 + FCS 4 + inter-frame gap 12, as in counters.h.
@@ -79,9 +93,9 @@ def build_counters(make: str = "make") -> pathlib.Path:
 _lib: ctypes.CDLL | None = None
 
 
-def load_library() -> None:
+def load_library() -> ctypes.CDLL:
     """Load libcxcounters.so now (a missing or out-of-date build is an error)."""
-    _library()
+    return _library()
 
 
 def _library() -> ctypes.CDLL:
@@ -89,7 +103,7 @@ def _library() -> ctypes.CDLL:
     global _lib
     if _lib is not None:
         return _lib
-    lib = load_built(LIBRARY_PATH, _SOURCES, "eBPF counters")
+    lib = load_built(LIBRARY_PATH, LIBRARY_SOURCES, "eBPF counters")
     u32p = ctypes.POINTER(ctypes.c_uint32)
     lib.cx_counters_attach.restype = ctypes.c_void_p
     lib.cx_counters_attach.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32]
@@ -106,6 +120,43 @@ def _library() -> ctypes.CDLL:
     lib.cx_last_error.argtypes = []
     _lib = lib
     return lib
+
+
+def need_btf(what: str) -> None:
+    """Refuse a kernel without BTF: the CO-RE programs cannot load there."""
+    if not BTF_PATH.exists():
+        raise EnvironmentProblem(
+            f"kernel has no BTF ({BTF_PATH} is missing), {what} cannot load",
+            "use a kernel built with CONFIG_DEBUG_INFO_BTF=y (or run with --vm)",
+        )
+
+
+def library_error(lib: ctypes.CDLL, what: str, ifname: str, netns: str | None, action: str) -> Exception:
+    """The library's last error (loader.h: message, errno, stage) as the
+    exception that names the fix; `what` names the program ("eBPF counters")."""
+    where = f"{ifname} in netns {netns}" if netns else ifname
+    msg = (lib.cx_last_error() or b"").decode(errors="replace")
+    err, stage = lib.cx_last_errno(), lib.cx_last_stage()
+    # EACCES while loading is the verifier's refusal, not a missing privilege.
+    if err == errno.EPERM or (err == errno.EACCES and stage != _STAGE_LOAD):
+        return EnvironmentProblem(
+            f"{what} on {where}: {action} refused ({msg})", "needs CAP_BPF and CAP_NET_ADMIN: run as root"
+        )
+    if stage == _STAGE_NETNS and err == errno.ENOENT:
+        return EnvironmentProblem(
+            f"network namespace {netns!r} not found ({msg})",
+            f"create it (`ip netns add {netns}`) or pass an existing one",
+        )
+    if stage == _STAGE_IFACE:
+        return EnvironmentProblem(
+            f"no interface {ifname!r} in netns {netns or '(own)'}",
+            "pass the instance's egress interface (see `ip link`)",
+        )
+    if stage == _STAGE_LOAD:
+        return KernelError(
+            f"{what} on {where}: the kernel refused the program ({msg}); set COLLAPSAR_BPF_DEBUG=1 for the verifier log"
+        )
+    return KernelError(f"{what} on {where}: {action} failed: {msg}")
 
 
 class Counters:
@@ -149,11 +200,7 @@ class Counters:
         if self._handle is not None:
             return self
         lib = _library()
-        if not BTF_PATH.exists():
-            raise EnvironmentProblem(
-                f"kernel has no BTF ({BTF_PATH} is missing), eBPF counters cannot load",
-                "use a kernel built with CONFIG_DEBUG_INFO_BTF=y (or run with --vm)",
-            )
+        need_btf("eBPF counters")
         ns = self.netns.encode() if self.netns else None
         handle = lib.cx_counters_attach(self.ifname.encode(), ns, self.max_destinations, self.wire_overhead_bytes)
         if not handle:
@@ -226,29 +273,7 @@ class Counters:
         return self._handle
 
     def _error(self, lib: ctypes.CDLL, action: str) -> Exception:
-        msg = (lib.cx_last_error() or b"").decode(errors="replace")
-        err, stage = lib.cx_last_errno(), lib.cx_last_stage()
-        if err in (errno.EPERM, errno.EACCES):
-            return EnvironmentProblem(
-                f"eBPF counters on {self.where}: {action} refused ({msg})",
-                "needs CAP_BPF and CAP_NET_ADMIN: run as root",
-            )
-        if stage == _STAGE_NETNS and err == errno.ENOENT:
-            return EnvironmentProblem(
-                f"network namespace {self.netns!r} not found ({msg})",
-                f"create it (`ip netns add {self.netns}`) or pass an existing one",
-            )
-        if stage == _STAGE_IFACE:
-            return EnvironmentProblem(
-                f"no interface {self.ifname!r} in netns {self.netns or '(own)'}",
-                "pass the instance's egress interface (see `ip link`)",
-            )
-        if stage == _STAGE_LOAD:
-            return KernelError(
-                f"eBPF counters on {self.where}: the kernel refused the program ({msg}); "
-                "set COLLAPSAR_BPF_DEBUG=1 for the verifier log"
-            )
-        return KernelError(f"eBPF counters on {self.where}: {action} failed: {msg}")
+        return library_error(lib, "eBPF counters", self.ifname, self.netns, action)
 
     def __enter__(self) -> Counters:
         return self.attach()

@@ -15,7 +15,11 @@ Kernel facts these encoders rely on (checked against net/sched/*.c):
 - netem's TCA_OPTIONS is a struct tc_netem_qopt followed by attributes (not a
   proper nest).  A netem change resets every qopt field, so every change sends
   delay, jitter, loss and limit; the distribution table is kept by the kernel
-  when a change carries none, so it is sent only when it changes.
+  when a change carries none, so it is sent only when it changes.  The
+  reorder, corrupt and rate attributes are also kept when absent, so every
+  change sends them (zero when unused); a change without TCA_NETEM_LOSS
+  falls back to Bernoulli loss, so the Gilbert-Elliott model goes with every
+  change that has one.  Reordering needs gap >= 1 (gap 0 never reorders).
 - u32 nodes: tcm_handle picks the node, TCA_U32_HASH the table and bucket.
 """
 
@@ -27,7 +31,7 @@ from typing import NamedTuple
 
 from collapsar.tcal.dist import table_bytes
 from collapsar.tcal.layout import U32Slot
-from collapsar.tcal.plan import PSCHED_TICK_NS, TC_LINKLAYER_ETHERNET, HtbParams, LeafParams
+from collapsar.tcal.plan import IN_ORDER_RATE_BPS, PSCHED_TICK_NS, TC_LINKLAYER_ETHERNET, HtbParams, LeafParams
 
 RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
 RTM_NEWTCLASS, RTM_DELTCLASS, RTM_GETTCLASS = 40, 41, 42
@@ -42,7 +46,9 @@ TCA_KIND, TCA_OPTIONS = 1, 2
 TCA_HTB_PARMS, TCA_HTB_INIT, TCA_HTB_RATE64, TCA_HTB_CEIL64 = 1, 2, 6, 7
 HTB_VERSION = 3
 HTB_RATE2QUANTUM = 10
-TCA_NETEM_DELAY_DIST, TCA_NETEM_LATENCY64, TCA_NETEM_JITTER64 = 2, 10, 11
+TCA_NETEM_DELAY_DIST, TCA_NETEM_REORDER, TCA_NETEM_CORRUPT, TCA_NETEM_LOSS = 2, 3, 4, 5
+TCA_NETEM_RATE, TCA_NETEM_RATE64, TCA_NETEM_LATENCY64, TCA_NETEM_JITTER64 = 6, 8, 10, 11
+NETEM_LOSS_GE = 2  # struct tc_netem_gemodel, inside TCA_NETEM_LOSS
 TCA_U32_CLASSID, TCA_U32_HASH, TCA_U32_LINK, TCA_U32_DIVISOR, TCA_U32_SEL = 1, 2, 3, 4, 5
 TC_U32_TERMINAL = 1
 ETH_P_IP = 0x0800
@@ -55,6 +61,9 @@ _RATESPEC = "BBHhHI"  # cell_log, linklayer, overhead, cell_align, mpu, rate (by
 _HTB_OPT = struct.Struct("=" + _RATESPEC + _RATESPEC + "IIIII")  # + buffer, cbuffer, quantum, level, prio
 _HTB_GLOB = struct.Struct("=IIIII")  # version, rate2quantum, defcls, debug, direct_pkts
 _NETEM_QOPT = struct.Struct("=IIIIII")  # latency, limit, loss, gap, duplicate, jitter (ticks)
+_NETEM_PROB_CORR = struct.Struct("=II")  # tc_netem_reorder, tc_netem_corrupt: probability, correlation
+_NETEM_RATE = struct.Struct("=IiIi")  # rate (bytes/s), packet_overhead, cell_size, cell_overhead
+_NETEM_GEMODEL = struct.Struct("=IIII")  # p, r, h (no loss in bad), k1 (loss in good)
 _U32_SEL = struct.Struct("=BBBxHHhh4s")  # flags, offshift, nkeys, offmask, off, offoff, hoff, hmask(be)
 _U32_KEY = struct.Struct("=4s4sii")  # mask(be), val(be), off, offmask
 U32_MAX = 0xFFFFFFFF
@@ -95,9 +104,10 @@ def kind(name: str) -> bytes:
 # --- htb -----------------------------------------------------------------
 
 
-def htb_root(ifindex: int, handle: int, default_minor: int) -> bytes:
+def htb_root(ifindex: int, handle: int, default_minor: int, parent: int = TC_H_ROOT) -> bytes:
+    """The tree's htb: the interface's root, or the child of an egress bucket's tbf."""
     glob = _HTB_GLOB.pack(HTB_VERSION, HTB_RATE2QUANTUM, default_minor, 0, 0)
-    return tcmsg(ifindex, handle, TC_H_ROOT) + kind("htb") + attr(TCA_OPTIONS, attr(TCA_HTB_INIT, glob))
+    return tcmsg(ifindex, handle, parent) + kind("htb") + attr(TCA_OPTIONS, attr(TCA_HTB_INIT, glob))
 
 
 # The whole TCA_OPTIONS of a class change below 2^32 bytes/s, packed in one call:
@@ -151,12 +161,31 @@ def _ticks(time_us: int) -> int:
     return min(time_us * 1000 // PSCHED_TICK_NS, U32_MAX)
 
 
+def _prob(ratio: float) -> int:
+    """A probability as netem holds it: a fraction of 2^32 - 1."""
+    return round(ratio * U32_MAX)
+
+
 def netem_options(p: LeafParams, with_table: bool) -> bytes:
-    loss = round(p.loss_ratio * U32_MAX)
-    qopt = _NETEM_QOPT.pack(_ticks(p.delay_us), p.limit_pkts, loss, 0, 0, _ticks(p.jitter_us))
+    gap = 1 if p.reorder_ratio else 0
+    # duplicate 0 always: a duplicating netem refuses to share a tree with
+    # other netems; p.duplicate_ratio is put in force by collapsar.tcal.duplicate.
+    qopt = _NETEM_QOPT.pack(_ticks(p.delay_us), p.limit_pkts, _prob(p.loss_ratio), gap, 0, _ticks(p.jitter_us))
     attrs = u64_attr(TCA_NETEM_LATENCY64, p.delay_us * 1000) + u64_attr(TCA_NETEM_JITTER64, p.jitter_us * 1000)
     if with_table:
         attrs += attr(TCA_NETEM_DELAY_DIST, table_bytes(p.distribution))
+    attrs += attr(TCA_NETEM_REORDER, _NETEM_PROB_CORR.pack(_prob(p.reorder_ratio), 0))
+    attrs += attr(TCA_NETEM_CORRUPT, _NETEM_PROB_CORR.pack(_prob(p.corrupt_ratio), 0))
+    rate = IN_ORDER_RATE_BPS // 8 if p.in_order else 0
+    attrs += attr(TCA_NETEM_RATE, _NETEM_RATE.pack(min(rate, U32_MAX), 0, 0, 0))
+    if rate > U32_MAX:
+        attrs += u64_attr(TCA_NETEM_RATE64, rate)
+    model = p.loss_model
+    if model is not None:
+        gemodel = _NETEM_GEMODEL.pack(
+            _prob(model.to_bad), _prob(model.to_good), _prob(1.0 - model.loss_in_bad), _prob(model.loss_in_good)
+        )
+        attrs += attr(TCA_NETEM_LOSS, attr(NETEM_LOSS_GE, gemodel))
     return attr(TCA_OPTIONS, qopt + attrs)
 
 

@@ -10,7 +10,11 @@ The tree on one instance's egress interface:
     1:1   default class: unlimited, prio 0 (Collapsar's own traffic, never shaped)
     1:2   blackhole class, leaf 2: drops everything (cut and removed paths)
     1:N   one class per destination (N >= 0x10), rate = ceil = path rate,
-          leaf N: netem (delay, jitter, loss) or, without netem, a pfifo
+          leaf N: netem (delay, jitter, loss, burst loss, reordering,
+          corruption) or, without netem, a pfifo.  Duplication is not the
+          leaf's (a duplicating netem refuses to share a tree with other
+          netems): an eBPF program at clsact egress copies the packet
+          (collapsar.tcal.duplicate) and the copy takes the same class and leaf
     u32   800:: (root) -> ht 1: hashed on the third octet of the destination
           -> ht 0x100+octet3: hashed on the fourth octet -> one node per
           destination matching its full address -> class 1:N
@@ -52,6 +56,14 @@ Why these numbers (measured on this project's hosts, see bench/tcal_bench.py):
   occupies the queue.  The limit is the delay line (rate x (delay + 4 jitter))
   in full frames, times 1.5 for the window overshoot of slow start, plus the
   1000 packets the leaf would hold without any delay.
+- a path's `queue` (collapsar.impairments) replaces that sizing: the delay
+  comes before the queue in the leaf, so its limit is the packets in flight
+  along the delay at the queue's rate (rate x delay, Little's law: jitter
+  does not change the mean) plus the queue.  In steady state the backlog
+  then drops at the configured queue; in slow start's bursts more packets
+  are in flight and the first drop comes earlier than on a real link.
+- jitter in order: netem's rate mode makes each packet leave no earlier
+  than the one before it; at IN_ORDER_RATE_BPS it adds 0.12 us per frame.
 """
 
 from __future__ import annotations
@@ -64,6 +76,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from collapsar.errors import CollapsarError
+from collapsar.impairments import NO_EXTRAS, Extras, LossModel, Queue
 from collapsar.model import DISTRIBUTIONS, SHAPING_FIELDS, JitterDistribution, LinkProps, ShapingRules
 from collapsar.tcal.layout import ROOT_MAJOR, MinorAllocator, U32Layout, U32Slot, classid, format_handle
 from collapsar.units import format_duration_us, format_rate_bps
@@ -92,6 +105,7 @@ LIMIT_HEADROOM = 1.5
 BASE_QUEUE_PKTS = 1000
 MAX_LIMIT_PKTS = 0xFFFF_FFFF
 JITTER_SPAN = 4  # netem's tables reach 4 standard deviations (s16 / 8192)
+IN_ORDER_RATE_BPS = 100 * 10**9  # netem's rate for jitter in order: far above any path
 
 PSCHED_TICK_NS = 64  # PSCHED_SHIFT = 6: htb's buffer is in 64 ns ticks
 TC_LINKLAYER_ETHERNET = 1
@@ -111,6 +125,7 @@ class Shaping(ShapingRules):
     jitter_us: int = 0
     distribution: JitterDistribution = "normal"
     loss_ratio: float = 0.0
+    extras: Extras = NO_EXTRAS
 
     def __post_init__(self) -> None:
         where = f"destination {self.dst_ip!r}"
@@ -171,6 +186,11 @@ class LeafParams(NamedTuple):
     jitter_us: int = 0
     distribution: JitterDistribution = "normal"
     loss_ratio: float = 0.0
+    loss_model: LossModel | None = None  # None: Bernoulli at loss_ratio
+    reorder_ratio: float = 0.0
+    duplicate_ratio: float = 0.0
+    corrupt_ratio: float = 0.0
+    in_order: bool = False  # only with jitter
 
 
 def frame_wire_bytes(mtu_bytes: int, wire_overhead: bool) -> int:
@@ -184,11 +204,18 @@ def htb_params(rate_bps: int | None, *, wire_overhead: bool, mtu_bytes: int = 15
     return params if prio == DEST_PRIO else params._replace(prio=prio)
 
 
-def leaf_limit_pkts(rate_bps: int | None, delay_us: int, jitter_us: int, mtu_bytes: int = 1500) -> int:
-    """Queue limit (packets) for a leaf: delay line with headroom plus a base queue."""
+def leaf_limit_pkts(
+    rate_bps: int | None, delay_us: int, jitter_us: int, mtu_bytes: int = 1500, queue: Queue | None = None
+) -> int:
+    """Queue limit (packets) for a leaf: delay line with headroom plus a base
+    queue, or, with a `queue`, the mean delay line plus that queue."""
     rate = min(rate_bps or LIMIT_RATE_CAP_BPS, LIMIT_RATE_CAP_BPS)
+    frame = mtu_bytes + ETH_HEADER_BYTES
+    if queue is not None:
+        limit = math.ceil(rate / 8 * delay_us / 1e6 / frame) + queue.packets_at(rate, frame)
+        return min(limit, MAX_LIMIT_PKTS)
     line_bytes = rate / 8 * (delay_us + JITTER_SPAN * jitter_us) / 1e6
-    limit = BASE_QUEUE_PKTS + math.ceil(LIMIT_HEADROOM * line_bytes / (mtu_bytes + ETH_HEADER_BYTES))
+    limit = BASE_QUEUE_PKTS + math.ceil(LIMIT_HEADROOM * line_bytes / frame)
     # netem's limit is a u32; a path of several hour-long links would ask for
     # more, and four billion packets is no limit at all for any host's memory.
     return min(limit, MAX_LIMIT_PKTS)
@@ -252,16 +279,32 @@ def leaf_params(
     than the path's current one (None: unlimited) so that a queue sized for a
     fast path keeps its room when the sharing loop slows the path down."""
     sizing_rate = shaping.rate_bps if limit_rate_bps is _SAME else limit_rate_bps
-    limit = leaf_limit_pkts(sizing_rate, shaping.delay_us, shaping.jitter_us, mtu_bytes)
+    extras = shaping.extras
+    limit = leaf_limit_pkts(sizing_rate, shaping.delay_us, shaping.jitter_us, mtu_bytes, extras.queue)
     if not netem:
+        # Duplication is the eBPF duplicator's, not netem's: a pfifo leaf can have it.
         if shaping.needs_netem:
             raise CollapsarError(
-                f"destination {shaping.dst_ip}: delay, jitter and loss need sch_netem, but this tree "
-                f"was built without netem (delay_us={shaping.delay_us}, jitter_us={shaping.jitter_us}, "
-                f"loss_ratio={shaping.loss_ratio})"
+                f"destination {shaping.dst_ip}: delay, jitter and loss (burst loss, reordering "
+                f"and corruption too) need sch_netem, but this tree was built without netem "
+                f"(delay_us={shaping.delay_us}, jitter_us={shaping.jitter_us}, loss_ratio={shaping.loss_ratio}, "
+                f"burst loss {'on' if extras.loss_model else 'off'}, reorder_ratio={extras.reorder_ratio}, "
+                f"corrupt_ratio={extras.corrupt_ratio})"
             )
-        return LeafParams("pfifo", limit)
-    return LeafParams("netem", limit, shaping.delay_us, shaping.jitter_us, shaping.distribution, shaping.loss_ratio)
+        return LeafParams("pfifo", limit, duplicate_ratio=extras.duplicate_ratio)
+    return LeafParams(
+        "netem",
+        limit,
+        shaping.delay_us,
+        shaping.jitter_us,
+        shaping.distribution,
+        shaping.loss_ratio,
+        extras.loss_model,
+        extras.reorder_ratio,
+        extras.duplicate_ratio,
+        extras.corrupt_ratio,
+        bool(extras.in_order and shaping.jitter_us),
+    )
 
 
 @dataclass(frozen=True)
@@ -324,13 +367,27 @@ def describe_htb(p: HtbParams, rate_bps: int | None) -> str:
 
 
 def describe_leaf(p: LeafParams) -> str:
+    duplicate = ""
+    if p.duplicate_ratio:  # not the leaf's own: see the module's text
+        duplicate = f"; duplicate {p.duplicate_ratio:.6g} (eBPF copy at clsact egress, shaped by this class)"
     if p.kind == "pfifo":
-        return f"pfifo limit {p.limit_pkts}"
+        return f"pfifo limit {p.limit_pkts}{duplicate}"
     parts = [f"netem delay {format_duration_us(p.delay_us)}"]
     if p.jitter_us:
-        parts.append(f"jitter {format_duration_us(p.jitter_us)} {p.distribution}")
-    parts.append(f"loss {p.loss_ratio:.6g} limit {p.limit_pkts}")
-    return " ".join(parts)
+        parts.append(f"jitter {format_duration_us(p.jitter_us)} {p.distribution}{' in order' if p.in_order else ''}")
+    model = p.loss_model
+    if model is None:
+        parts.append(f"loss {p.loss_ratio:.6g}")
+    else:
+        parts.append(
+            f"loss gemodel p {model.to_bad:.6g} r {model.to_good:.6g} 1-h {model.loss_in_bad:.6g} "
+            f"1-k {model.loss_in_good:.6g} (rate {p.loss_ratio:.6g}, mean burst {model.mean_burst():.4g})"
+        )
+    for name, value in (("reorder", p.reorder_ratio), ("corrupt", p.corrupt_ratio)):
+        if value:
+            parts.append(f"{name} {value:.6g}")
+    parts.append(f"limit {p.limit_pkts}")
+    return " ".join(parts) + duplicate
 
 
 def blackhole_leaf(netem: bool) -> LeafParams:

@@ -8,6 +8,7 @@ error about it will carry; `TcTree` decides which to send and when.
 from __future__ import annotations
 
 from collapsar.tcal import nlmsg as m
+from collapsar.tcal.bucket import BUCKET_HANDLE, TREE_PARENT, TbfParams, tbf_options
 from collapsar.tcal.dest import Dest
 from collapsar.tcal.layout import (
     BLACKHOLE_MINOR,
@@ -31,13 +32,27 @@ ROOT_LINK_HANDLE = (0x800 << 20) | 2
 
 
 class TreeRequests:
-    def __init__(self, ifindex: int):
-        self.ifindex = ifindex
+    """`bucket`: the instance's egress token bucket (collapsar.tcal.bucket),
+    a tbf at the root with the htb tree as its child; None: the htb is the root."""
 
-    def root(self) -> m.Request:
-        return m.Request(
-            m.RTM_NEWQDISC, m.CREATE, m.htb_root(self.ifindex, ROOT, DEFAULT_MINOR), "create root qdisc 1: htb"
-        )
+    def __init__(self, ifindex: int, bucket: TbfParams | None = None):
+        self.ifindex = ifindex
+        self.bucket = bucket
+
+    def roots(self) -> list[m.Request]:
+        """The root qdisc: the htb 1:, under the bucket's tbf if there is one."""
+        if self.bucket is None:
+            return [
+                m.Request(
+                    m.RTM_NEWQDISC, m.CREATE, m.htb_root(self.ifindex, ROOT, DEFAULT_MINOR), "create root qdisc 1: htb"
+                )
+            ]
+        tbf = m.tcmsg(self.ifindex, BUCKET_HANDLE, m.TC_H_ROOT) + m.kind("tbf") + tbf_options(self.bucket)
+        htb = m.htb_root(self.ifindex, ROOT, DEFAULT_MINOR, parent=TREE_PARENT)
+        return [
+            m.Request(m.RTM_NEWQDISC, m.CREATE, tbf, "create root qdisc cb00: tbf (the egress token bucket)"),
+            m.Request(m.RTM_NEWQDISC, m.CREATE, htb, "create qdisc 1: htb under cb00:1"),
+        ]
 
     def base(self, plan: TreePlan) -> list[m.Request]:
         """Under the root: the default class, the blackhole and the u32 hash table 1:."""
@@ -72,6 +87,9 @@ class TreeRequests:
         return m.Request(m.RTM_DELTFILTER, 0, body, "restore every path (delete u32 node 800::1)")
 
     def delete_root(self) -> m.Request:
+        if self.bucket is not None:
+            body = m.qdisc_delete(self.ifindex, BUCKET_HANDLE, m.TC_H_ROOT)
+            return m.Request(m.RTM_DELQDISC, 0, body, "delete root qdisc cb00: (the bucket and the tree under it)")
         return m.Request(m.RTM_DELQDISC, 0, m.qdisc_delete(self.ifindex, ROOT, m.TC_H_ROOT), "delete root qdisc 1:")
 
     def create_dest(self, dest: Dest, htb: HtbParams, new_table: bool, reuse_filter: bool) -> list[m.Request]:

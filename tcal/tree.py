@@ -11,8 +11,15 @@ A cut path and a removed destination keep their filter, pointed at the
 blackhole class 1:2, so their packets are dropped rather than falling through
 to the unshaped default class.
 
-Besides the qdisc tree, the only thing changed on the interface is its
-gso_max_segs, lowered when a slow path needs it and restored at teardown.
+Besides the qdisc tree, the only things changed on the interface are its
+gso_max_segs, lowered when a slow path needs it and restored at teardown,
+and, only while some destination duplicates packets, the eBPF duplicator's
+filter at clsact egress (`collapsar.tcal.duplicate`: netem's own duplication
+cannot share a tree with other netems).  A destination's duplicate ratio is
+put in force by the completion of the requests that change its record, so a
+prepared step (collapsar.tcal.prepared) applies it at its instant too.  A
+copy is classified like its original, so on a cut path it follows it into
+the blackhole: cut and restore leave the duplicator alone.
 """
 
 from __future__ import annotations
@@ -21,15 +28,27 @@ import dataclasses
 import errno
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
+from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError, KernelError
 from collapsar.tcal import nlmsg as m
+from collapsar.tcal.bucket import tbf_params
 from collapsar.tcal.check import netem_missing
 from collapsar.tcal.contract import ShapingChange
 from collapsar.tcal.dest import Dest, Saved, put_back_all, saved, unchecked
+from collapsar.tcal.duplicate import Duplicator
 from collapsar.tcal.layout import ROOT_MAJOR, MinorAllocator, U32Layout, U32Slot, classid, format_handle
 from collapsar.tcal.link import GsoLimit
 from collapsar.tcal.nlsock import KernelFailure, RouteSocket, interface_index, interface_mtu
-from collapsar.tcal.plan import HtbCalculator, Shaping, TreePlan, check_rate, gso_max_segs, leaf_params, plan_tree
+from collapsar.tcal.plan import (
+    HtbCalculator,
+    LeafParams,
+    Shaping,
+    TreePlan,
+    check_rate,
+    gso_max_segs,
+    leaf_params,
+    plan_tree,
+)
 from collapsar.tcal.requests import BLACKHOLE, ROOT, TreeRequests
 
 
@@ -37,9 +56,19 @@ class TcTree:
     """Keeps the contract of collapsar.tcal.contract.ShapingTree on the kernel.
     Nothing touches the kernel before `setup`."""
 
-    def __init__(self, ifname: str, netns: str | None = None, wire_overhead: bool = True, netem: bool = True):
+    def __init__(
+        self,
+        ifname: str,
+        netns: str | None = None,
+        wire_overhead: bool = True,
+        netem: bool = True,
+        bucket: EgressBucket | None = None,
+    ):
+        """`bucket`: the instance's egress token bucket, a tbf above the tree
+        (collapsar.tcal.bucket); None: the tree's htb is the root."""
         self.ifname, self.netns = ifname, netns
         self.wire_overhead, self.netem = wire_overhead, netem
+        self.bucket = bucket
         self._sock: RouteSocket | None = None
         self._requests = TreeRequests(0)  # for the interface's index, known at setup
         self._mtu = 1500
@@ -51,6 +80,7 @@ class TcTree:
         self._level2: set[int] = set()
         self._root_made = False
         self._gso: GsoLimit | None = None
+        self._dup = Duplicator(ifname, netns)  # attaches only once a destination duplicates
         self.all_cut = False  # cut_all in force: every path dropped, whatever each destination's filter says
 
     # --- public API --------------------------------------------------------
@@ -58,6 +88,11 @@ class TcTree:
     @property
     def shapings(self) -> dict[str, Shaping]:
         return {ip: d.shaping for ip, d in self._dests.items()}
+
+    @property
+    def duplicating(self) -> dict[str, float]:
+        """Destination -> duplicate ratio the eBPF duplicator holds (those above 0)."""
+        return self._dup.ratios
 
     def setup(self, shapings: Sequence[Shaping], groups: Mapping[str, Hashable] | None = None) -> None:
         """`groups` is for trees that share classes: here every destination has its own."""
@@ -73,6 +108,7 @@ class TcTree:
         self._finish(reqs, tables)
         for dest in self._dests.values():
             dest.table_sent = dest.leaf.distribution if dest.leaf.jitter_us else None
+        self._duplicate_from_start(shapings)
 
     def activate(self, dst_ips: Iterable[str]) -> int:
         """Every destination has its own class here: nothing to do (see
@@ -88,9 +124,12 @@ class TcTree:
         self._mtu = interface_mtu(self.netns, self.ifname)
         plan = plan_tree(shapings, wire_overhead=self.wire_overhead, netem=self.netem, mtu_bytes=self._mtu)
         self._htb = plan.htb
-        self._requests = requests = TreeRequests(interface_index(self.netns, self.ifname))
+        bucket = None
+        if self.bucket is not None:
+            bucket = tbf_params(self.bucket, wire_overhead=self.wire_overhead, mtu_bytes=self._mtu)
+        self._requests = requests = TreeRequests(interface_index(self.netns, self.ifname), bucket)
         self._sock = RouteSocket(self.netns)
-        failures = self._socket.execute([requests.root()])
+        failures = self._socket.execute(requests.roots())
         if failures:
             self.teardown()
             self._raise(failures, "setup")
@@ -108,6 +147,18 @@ class TcTree:
             self.teardown()
             self._raise(failures, "setup")
         self._level2 |= tables
+
+    def _duplicate_from_start(self, shapings: Sequence[Shaping]) -> None:
+        """Setup's last step: the duplicator, if any destination duplicates
+        (the tree is undone if it cannot attach)."""
+        ratios = {s.dst_ip: duplicate_ratio(s) for s in shapings if duplicate_ratio(s)}
+        if not ratios:
+            return
+        try:
+            self._dup.set_many(ratios)
+        except BaseException:
+            self.teardown()
+            raise
 
     def _template(self, minor: int) -> m.ClassTemplate:
         return m.ClassTemplate(self._requests.ifindex, classid(ROOT_MAJOR, minor), ROOT)
@@ -140,6 +191,7 @@ class TcTree:
         self._need_setup()
         reqs: list[m.Request] = []
         undo: list[tuple[Dest, Saved]] = []  # the state each changed destination had before
+        dups: dict[str, float] = {}  # new duplicate ratios, in force once the requests are
         calc, dests = self._htb, self._dests
         try:
             for ip, change in changes.items():
@@ -166,15 +218,22 @@ class TcTree:
                 before = saved(dest)
                 self._stage(dest, change, reqs)
                 undo.append((dest, before))
+                ratio = duplicate_ratio(dest.shaping)
+                if ratio != duplicate_ratio(before[0]):
+                    self._need_duplicator(ratio)
+                    dups[ip] = ratio
         except BaseException:  # a bad field: nothing is sent, nothing changes
             put_back_all(undo, None)
             raise
-        if not reqs:
+        if not reqs and not dups:
             return
 
         def then(failures: list[KernelFailure]) -> None:
+            refused = {f.request.key for f in failures}
             if failures:
-                put_back_all(undo, {f.request.key for f in failures})
+                put_back_all(undo, refused)
+            self._duplicate({ip: r for ip, r in dups.items() if ip not in refused})
+            if failures:
                 self._raise(failures, "change")
 
         self._socket.submit(reqs, then)
@@ -189,14 +248,17 @@ class TcTree:
                 m.Request(m.RTM_NEWTCLASS, m.CHANGE, dest.template.body(self._htb(new.rate_bps)), dest.change_what, ip)
             )
         leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu, limit_rate_bps=dest.limit_rate(new))
-        leaf = leaf._replace(limit_pkts=max(leaf.limit_pkts, dest.leaf.limit_pkts))
+        if new.extras.queue is None and dest.shaping.extras.queue is None:
+            # The default sizing only grows; a queue the user sets is exact.
+            leaf = leaf._replace(limit_pkts=max(leaf.limit_pkts, dest.leaf.limit_pkts))
         if leaf != dest.leaf:
-            send_table = bool(leaf.jitter_us) and leaf.distribution != dest.table_sent
-            reqs.append(self._requests.leaf(dest.minor, leaf, send_table, m.CHANGE, ip))
-            dest.sized_for_bps = dest.limit_rate(new)
+            if kernel_leaf(leaf) != kernel_leaf(dest.leaf):
+                send_table = bool(leaf.jitter_us) and leaf.distribution != dest.table_sent
+                reqs.append(self._requests.leaf(dest.minor, leaf, send_table, m.CHANGE, ip))
+                dest.sized_for_bps = dest.limit_rate(new)
+                if send_table:
+                    dest.table_sent = leaf.distribution
             dest.leaf = leaf
-            if send_table:
-                dest.table_sent = leaf.distribution
         dest.shaping = new
 
     def add(self, shaping: Shaping) -> None:
@@ -205,6 +267,7 @@ class TcTree:
         if ip in self._dests:
             raise CollapsarError(f"{self._where()}: destination {ip} is already in the tree")
         leaf = leaf_params(shaping, netem=self.netem, mtu_bytes=self._mtu)
+        self._need_duplicator(duplicate_ratio(shaping))
         slot = self._layout.place(ip)
         minor = self._minors.take()
         dest = Dest(shaping, minor, leaf, slot, self._template(minor), None)
@@ -218,6 +281,7 @@ class TcTree:
 
         def then(failures: list[KernelFailure]) -> None:
             if not failures:
+                self._duplicate({ip: duplicate_ratio(shaping)})
                 return
             del self._dests[ip]
             self._minors.free(minor)
@@ -246,6 +310,7 @@ class TcTree:
                 self._dests[dst_ip] = dest
                 self._raise(failures, "remove")
             self._minors.free(dest.minor)  # only once the class is gone
+            self._duplicate({dst_ip: 0.0})
 
         self._socket.submit(reqs, then)
 
@@ -283,6 +348,7 @@ class TcTree:
         made); a second call, or one after a failed setup, does nothing."""
         if self._sock is None:
             return
+        self._dup.detach()
         if self._gso is not None:
             self._gso.restore()
             self._gso = None
@@ -343,6 +409,22 @@ class TcTree:
 
     # --- helpers -------------------------------------------------------------
 
+    def _need_duplicator(self, ratio: float) -> None:
+        """Before any request, for a ratio above 0: the duplicator attached
+        (with nothing to copy yet), so that a refusal (no build, no BTF)
+        comes while nothing has changed, and the ratio's completion is one
+        map update, not a program load (~20 ms) after a step's instant."""
+        if ratio and not self._dup.attached:
+            self._dup.attach()
+
+    def _duplicate(self, ratios: Mapping[str, float]) -> None:
+        """Put duplicate ratios in force (0: none); no eBPF work unless some
+        destination duplicates or did."""
+        dup = self._dup
+        for ip, ratio in ratios.items():
+            if ratio != dup.ratio(ip):
+                dup.set(ip, ratio)
+
     @property
     def _socket(self) -> RouteSocket:
         assert self._sock is not None, "setup() opens the socket; every other call comes after it"
@@ -375,3 +457,13 @@ class TcTree:
                 raise netem_missing()
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         raise KernelError(f"{self._where()}: {operation}: {failures[0]}{more}")
+
+
+def duplicate_ratio(shaping: Shaping) -> float:
+    return shaping.extras.duplicate_ratio
+
+
+def kernel_leaf(leaf: LeafParams) -> LeafParams:
+    """The leaf as the kernel holds it: its duplication is the duplicator's
+    (collapsar.tcal.duplicate), so a change of that alone sends no message."""
+    return leaf._replace(duplicate_ratio=0.0) if leaf.duplicate_ratio else leaf

@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGIES = ROOT / "topologies"
-HOST_EXAMPLES = ("dumbbell-sharing.yaml", "local-iperf.yaml")
+HOST_EXAMPLES = ("cloud-egress.yaml", "dumbbell-sharing.yaml", "local-iperf.yaml", "traced-link.yaml")
 VM_EXAMPLES = ("churn.yaml", "demo.yaml", "dumbbell.yaml", "flaky.yaml", "geo.yaml", "three-tier.yaml")
 SUBNET = "10.87.0.0/24"
 

@@ -121,7 +121,7 @@ class Launched:
     def output(self) -> str:
         return f"stdout:\n{self.out.read_text()}\nstderr:\n{self.err.read_text()}"
 
-    def wait_started(self, count: int) -> None:
+    def wait_started(self, count: int, timeout_s: float = 60.0) -> None:
         def started():
             if self.proc.poll() is not None:
                 raise AssertionError(f"collapsar ended early (exit {self.proc.returncode})")
@@ -133,7 +133,7 @@ class Launched:
             return found if len(found) >= count else None
 
         try:
-            self.pids = wait_for("command of every instance", started)
+            self.pids = wait_for("command of every instance", started, timeout_s)
         except AssertionError as error:
             raise AssertionError(f"{error}\n{self.output()}") from None
 

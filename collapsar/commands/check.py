@@ -10,8 +10,10 @@ With FILE, every command's program must also be found as local mode's
 instances look for it (collapsar.manager.programs); one missing is
 `FILE:LINE: service X: program ...` and exit 2, as `collapsar run` refuses
 it (a VM would not help: it sees this host's files).  Its limits (cpus,
-cpuset, memory) are checked as a run checks them at its start: the cgroup
-controllers they need, the CPUs a cpuset names (collapsar.manager.local.limits).
+cpuset, cpu-speed, memory) are checked as a run checks them at its start:
+the cgroup controllers they need, the CPUs a cpuset names
+(collapsar.manager.local.limits); each limited service's are printed, with
+the quota its cpu-speed gives.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if args.file is not None:
         from collapsar.manager.core import needs_netem
         from collapsar.manager.experiment import all_instances, timeline_paths
-        from collapsar.manager.local.limits import RunGroups
+        from collapsar.manager.local.limits import RunGroups, describe_limits
         from collapsar.manager.programs import require_programs
         from collapsar.parser import parse_file
         from collapsar.timeline import build_timeline
@@ -46,8 +48,11 @@ def run(args: argparse.Namespace) -> int:
         timeline = build_timeline(experiment)
         netem = needs_netem(timeline_paths(timeline))
         check_kernel(need_netem=netem)
-        # Its limits (cpus, cpuset, memory) as a run checks them at its start.
+        # Its limits (cpus, cpuset, cpu-speed, memory) as a run checks them at its start.
         RunGroups.plan(experiment, all_instances(timeline), "000000")
+        for service in experiment.services:
+            if describe_limits(service):
+                print(f"limits of each instance of {service.name}: {describe_limits(service)}")
         what = "delay/jitter/loss (netem) and rates (htb)" if netem else "rates only (htb)"
         print(f"ok: this host can run {args.file} ({what})")
         return 0

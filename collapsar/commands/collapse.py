@@ -4,7 +4,9 @@ Prints the collapsed path between every pair of instances present at that
 time (the state after every event at or before it).  `--json` prints a list
 of objects with `src`, `dst`, `latency_ms`, `jitter_ms`, `loss`,
 `bandwidth_bps` (null when no link limits the path), `links` (the
-unidirectional link ids crossed, in order) and `distribution`.
+unidirectional link ids crossed, in order) and `distribution`.  The table
+ends with a line per link that follows a trace: its file, what it sets and
+its steps (the JSON is the paths alone).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import json
 import sys
 
+from collapsar import impairments
 from collapsar.errors import CollapsarError, UnitError
 
 _HEADER = ("SRC", "DST", "LATENCY", "JITTER", "LOSS", "BANDWIDTH", "LINKS")
@@ -28,6 +31,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from collapsar.linktraces.compile import describe as describe_trace
     from collapsar.parser import parse_file
     from collapsar.timeline import build_timeline
     from collapsar.units import parse_duration_us
@@ -50,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         f"{len(paths)} paths at {args.at} between {len(state.instances)} instances"
         + (f"; {missing} pairs unreachable" if missing else "")
     )
+    for trace in experiment.traces:
+        print(describe_trace(trace))
     return 0
 
 
@@ -63,6 +69,7 @@ def _as_json(path) -> dict:
         "bandwidth_bps": path.rate_bps,
         "links": list(path.link_ids),
         "distribution": path.distribution,
+        **impairments.as_json(path.extras),
     }
 
 
@@ -77,14 +84,19 @@ def _row(path) -> tuple[str, ...]:
         f"{path.loss_ratio * 100:.4g}%",
         "unlimited" if path.rate_bps is None else format_rate_bps(path.rate_bps),
         ",".join(str(link) for link in path.link_ids),
+        impairments.describe(path.extras),
     )
 
 
 def _print_table(paths) -> None:
-    rows = [_HEADER, *(_row(path) for path in paths)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER))]
+    body = [_row(path) for path in paths]
+    # The last column (burst loss, reordering, queue, ...) only when a path has any.
+    other = any(row[-1] for row in body)
+    rows = [row if other else row[:-1] for row in [(*_HEADER, "OTHER"), *body]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        # Text columns left, numbers right, the link list last and unpadded.
+        # Text columns left, numbers right, the last column unpadded.
         cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1])]
         cells += [row[i].rjust(widths[i]) for i in range(2, 6)]
-        print("  ".join(cells + [row[6]]))
+        cells += [row[i].ljust(widths[i]) for i in range(6, len(row) - 1)]
+        print("  ".join([*cells, row[-1]]))

@@ -76,6 +76,12 @@ def generate(
     except OSError as error:
         raise CollapsarError(f"{file}: cannot read ({error.strerror})") from None
     experiment = parse_text(text, file)
+    if experiment.traces:
+        trace = experiment.traces[0]
+        raise CollapsarError(
+            f"{trace.where}: link {trace.a} -> {trace.b}: trace: the Docker modes do not carry trace "
+            "files to the manager yet; run it in local mode (collapsar run, or --vm)"
+        )
     timeline = build_timeline(experiment)
     instances = all_instances(timeline)
     chosen = (

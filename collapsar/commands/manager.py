@@ -73,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
     wait_up_us = duration_us("--wait-up", args.wait_up)
     text, source = _topology(args)
     experiment = parse_text(text, source)
+    if args.no_sharing:
+        from collapsar.commands.run import require_sharing_off_allowed
+
+        require_sharing_off_allowed(experiment)
     from collapsar.resources import check_mode
 
     # The engine applies the limits; a key Swarm cannot honour is refused on this path too.

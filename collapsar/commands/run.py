@@ -171,9 +171,16 @@ def run(args: argparse.Namespace) -> int:
         from collapsar.commands import runset
 
         # Every variant before anything is created: a bad value stops the set before its first run.
-        made = runset.variants(args.file, sweep, require_programs)
+        def check(experiment) -> None:
+            require_programs(experiment)
+            if args.no_sharing:
+                require_sharing_off_allowed(experiment)
+
+        made = runset.variants(args.file, sweep, check)
     else:
         experiment = parse_file(args.file)
+        if args.no_sharing:
+            require_sharing_off_allowed(experiment)
         timeline = build_timeline(experiment)
         # Before anything is created (a VM boot included): an instance whose
         # program is missing would only fail once the network is up.
@@ -215,6 +222,20 @@ def run(args: argparse.Namespace) -> int:
     if args.repeat > 1 or sweep is not None:
         return runset.run_set(args.file, args.repeat, sweep, made, base, options_for)
     return LocalRun(experiment, timeline, options_for(base)).run()
+
+
+def require_sharing_off_allowed(experiment) -> None:
+    """Background traffic acts only through the sharing loop: --no-sharing would drop it."""
+    from collapsar.errors import CollapsarError
+
+    found = experiment.background_link()
+    if found is not None:
+        where, label = found
+        place = f"{where.file}:{where.line}" if where is not None else experiment.source
+        raise CollapsarError(
+            f"{place}: {label}: background traffic takes its share through the sharing loop, "
+            "which --no-sharing turns off; run without --no-sharing"
+        )
 
 
 def _check_set_options(args: argparse.Namespace):

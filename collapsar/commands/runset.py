@@ -61,7 +61,7 @@ def variants(path: str, sweep: Sweep | None, check: Callable[[Experiment], None]
     for value in sweep.values:
         variant_text = variant(text, sweep, value)
         # Its problems name the variant: `FILE (PATH=VALUE):LINE: ...`
-        experiment = parse_text(variant_text, source=f"{path} ({sweep.label(value)})")
+        experiment = parse_text(variant_text, source=f"{path} ({sweep.label(value)})", folder=os.path.dirname(path))
         check(experiment)
         made.append(Variant(value, variant_text, experiment, build_timeline(experiment)))
     return made

@@ -51,7 +51,7 @@ from collapsar.manager.run.runtime import Place
 from collapsar.manager.run.skeleton import ManagerRun
 from collapsar.manager.status.api import StatusServer
 from collapsar.manager.status.topoview import topology_json
-from collapsar.model import Experiment
+from collapsar.model import Experiment, service_of
 from collapsar.model import Path as NetPath
 
 __all__ = ["ContainerOptions", "ContainerRun"]
@@ -221,6 +221,7 @@ class ContainerRun(ManagerRun):
                 self.tcal.Shaping,
                 netem=self.netem,
                 wire_overhead=self.experiment.settings.wire_overhead,
+                egress=self.experiment.service(service_of(self.experiment, seen.instance)).egress,
             )
             core.install(self._paths_for(seen.instance))
         except Exception:

@@ -7,7 +7,7 @@
   netns       bridge, namespaces, veths, addresses, hosts files (pyroute2)
   firewall    let the run's bridge forward when the host firewall drops
   cgroups     the host's control groups: where each controller lives (v1, v2)
-  limits      cpus, cpuset and memory per instance: its groups, joining them, OOM kills
+  limits      cpus, cpuset, cpu-speed and memory per instance: its groups, joining them, OOM kills
   rundir      run directory, write-ahead journal, host-wide lock, state directory
   cleanup     which run `collapsar cleanup` means and what its journal lets it undo
   teardown    carry out a cleanup plan (end of run, or `collapsar cleanup`)

@@ -21,7 +21,9 @@ manager's own could not work there.
 Limits mean what Docker's do, so a service limited in local mode is limited
 alike in Compose: `cpus` is a CFS quota per 100 ms period (--cpus),
 `cpuset` the CPUs it may run on (--cpuset-cpus), `memory` a hard limit with
-no swap beyond it (--memory with --memory-swap equal to it).
+no swap beyond it (--memory with --memory-swap equal to it).  `cpu-speed`
+turns the quota into speed x cores per 10 ms period (--cpu-quota with
+--cpu-period; collapsar.cpuspeed), one quota for both keys.
 """
 
 from __future__ import annotations
@@ -29,12 +31,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from collapsar.cpuspeed import CpuBandwidth
 from collapsar.errors import UnitError
 from collapsar.resources import format_cpu_list, parse_cpu_list
 
 CONTROLLERS = ("cpu", "cpuset", "memory")
-CFS_PERIOD_US = 100_000  # Docker's --cpus period
-MIN_CPUS = 0.01  # the kernel refuses a quota under 1 ms (Docker's --cpus floor too)
 MOUNTINFO = Path("/proc/self/mountinfo")
 
 
@@ -138,20 +139,21 @@ def _words(path: Path) -> set[str]:
 
 
 def limit_writes(
-    layout: Layout, cpus: float | None, cpuset: tuple[int, ...] | None, memory_bytes: int | None
+    layout: Layout, cpu: CpuBandwidth | None, cpuset: tuple[int, ...] | None, memory_bytes: int | None
 ) -> list[Write]:
     """What an instance's groups get, in order (the hierarchies must hold
     each controller a set key needs; cpuset.mems, which v1 needs too, is the
-    run group's, copied when the group is made)."""
+    run group's, copied when the group is made).  `cpu` is the quota of
+    cpus and cpu-speed together (collapsar.cpuspeed.cpu_bandwidth)."""
     writes = []
-    if cpus is not None:
-        quota_us = round(cpus * CFS_PERIOD_US)
+    if cpu is not None:
         if layout.version("cpu") == 2:
-            writes.append(Write("cpu", "cpu.max", f"{quota_us} {CFS_PERIOD_US}"))
+            writes.append(Write("cpu", "cpu.max", f"{cpu.quota_us} {cpu.period_us}"))
         else:
+            # A new v1 group's quota is unlimited (-1): the period may go first.
             writes += [
-                Write("cpu", "cpu.cfs_period_us", str(CFS_PERIOD_US)),
-                Write("cpu", "cpu.cfs_quota_us", str(quota_us)),
+                Write("cpu", "cpu.cfs_period_us", str(cpu.period_us)),
+                Write("cpu", "cpu.cfs_quota_us", str(cpu.quota_us)),
             ]
     if cpuset is not None:
         writes.append(Write("cpuset", "cpuset.cpus", format_cpu_list(cpuset)))
@@ -171,10 +173,10 @@ def limit_writes(
     return writes
 
 
-def controllers_for(cpus: float | None, cpuset: tuple[int, ...] | None, memory_bytes: int | None) -> list[str]:
+def controllers_for(cpu: CpuBandwidth | None, cpuset: tuple[int, ...] | None, memory_bytes: int | None) -> list[str]:
     return [
         controller
-        for controller, value in (("cpu", cpus), ("cpuset", cpuset), ("memory", memory_bytes))
+        for controller, value in (("cpu", cpu), ("cpuset", cpuset), ("memory", memory_bytes))
         if value is not None
     ]
 

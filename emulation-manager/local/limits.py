@@ -1,6 +1,7 @@
-"""Host limits per instance in local mode: `cpus`, `cpuset` and `memory`
-through a control group per instance (cgroups.py: which hierarchy, which
-files).  Only instances whose service sets one of the keys get groups.
+"""Host limits per instance in local mode: `cpus`, `cpuset`, `cpu-speed`
+and `memory` through a control group per instance (cgroups.py: which
+hierarchy, which files; collapsar.cpuspeed: the quota of cpus and
+cpu-speed).  Only instances whose service sets one of the keys get groups.
 
 At run start, before anything exists, `RunGroups.plan` detects the
 hierarchies and refuses, with the fix, what this host cannot limit: a
@@ -31,11 +32,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from collapsar.cpuspeed import DOCKER_CPUS_PERIOD_US, MIN_CPU_SHARE, cpu_bandwidth, describe_speed, slowed
 from collapsar.errors import EnvironmentProblem, RunError
 from collapsar.manager.local.cgroups import (
-    CFS_PERIOD_US,
     CONTROLLERS,
-    MIN_CPUS,
     Layout,
     controllers_for,
     detect,
@@ -52,11 +52,16 @@ JOIN_SCRIPT = (
     'while [ "$1" != -- ]; do echo $$ > "$1" || '
     '{ echo "collapsar: cannot join the control group $1" >&2; exit 125; }; shift; done; shift; exec "$@"'
 )
-_KEY_OF = {"cpu": "cpus", "cpuset": "cpuset", "memory": "memory"}
 
 
 def _controllers(service: Service) -> list[str]:
-    return controllers_for(service.cpus, service.cpuset, service.memory_bytes)
+    return controllers_for(cpu_bandwidth(service), service.cpuset, service.memory_bytes)
+
+
+def _key_of(service: Service, controller: str) -> str:
+    if controller == "cpu":
+        return "cpu-speed" if slowed(service) else "cpus"
+    return controller
 
 
 def _where(service: Service) -> str:
@@ -108,7 +113,7 @@ class RunGroups:
         for instance, service in self.limited.items():
             for controller in self.layout.distinct(_controllers(service)):
                 self._make(journal, controller, instance)
-            for write in limit_writes(self.layout, service.cpus, service.cpuset, service.memory_bytes):
+            for write in limit_writes(self.layout, cpu_bandwidth(service), service.cpuset, service.memory_bytes):
                 group = self.layout.group(write.controller, self.run_id, instance)
                 if write.optional and not (group / write.file).exists():
                     continue
@@ -161,12 +166,27 @@ class RunGroups:
         return oom_kills(self.layout, self.layout.group("memory", self.run_id, instance))
 
 
+def describe_limits(service: Service) -> str:
+    """'cpus 1, cpuset 1, cpu-speed 0.5 on 1 core(s): quota ..., memory 64 MiB' ('': none)."""
+    parts = []
+    if service.cpus is not None:
+        parts.append(f"cpus {service.cpus:g}")
+    if service.cpuset is not None:
+        parts.append(f"cpuset {format_cpu_list(service.cpuset)}")
+    speed = describe_speed(service)
+    if speed is not None:
+        parts.append(speed)
+    if service.memory_bytes is not None:
+        parts.append(f"memory {service.memory_bytes / 2**20:g} MiB")
+    return ", ".join(parts)
+
+
 def check_service(layout: Layout, service: Service) -> None:
     """Refuse (EnvironmentProblem, with the fix) a limit this host cannot apply."""
     for controller in _controllers(service):
         if not layout.has(controller):
             raise EnvironmentProblem(
-                f"{_where(service)}service {service.name}: {_KEY_OF[controller]} needs the {controller} "
+                f"{_where(service)}service {service.name}: {_key_of(service, controller)} needs the {controller} "
                 f"cgroup controller, which this host does not offer (no cgroup v1 hierarchy has it, and "
                 f"{'no cgroup2 mount' if layout.v2_mount is None else f'{layout.v2_mount}/cgroup.controllers'}"
                 f"{'' if layout.v2_mount is None else ' lacks it'})",
@@ -174,7 +194,9 @@ def check_service(layout: Layout, service: Service) -> None:
                 f"cgroup v2: a kernel with the controller and no v1 hierarchy holding it), or remove the key",
             )
     if service.cpus is not None:
-        _check_cpus(layout, service, service.cpus)
+        _check_cpus(service, service.cpus)
+    if cpu_bandwidth(service) is not None:
+        _check_bandwidth(layout, service)
     if service.cpuset is not None:
         have = host_cpus(layout) or ()
         missing = [cpu for cpu in service.cpuset if cpu not in have]
@@ -186,12 +208,12 @@ def check_service(layout: Layout, service: Service) -> None:
             )
 
 
-def _check_cpus(layout: Layout, service: Service, cpus: float) -> None:
-    if cpus < MIN_CPUS:
+def _check_cpus(service: Service, cpus: float) -> None:
+    if cpus < MIN_CPU_SHARE:
         raise EnvironmentProblem(
             f"{_where(service)}service {service.name}: cpus {cpus:g} is below the kernel's smallest "
-            f"share of CPU time, {MIN_CPUS:g} (1 ms in each {CFS_PERIOD_US // 1000} ms period)",
-            f"set cpus to {MIN_CPUS:g} or more",
+            f"share of CPU time, {MIN_CPU_SHARE:g} (1 ms in each {DOCKER_CPUS_PERIOD_US // 1000} ms period)",
+            f"set cpus to {MIN_CPU_SHARE:g} or more",
         )
     have = len(os.sched_getaffinity(0))
     if cpus > have:
@@ -200,10 +222,13 @@ def _check_cpus(layout: Layout, service: Service, cpus: float) -> None:
             f"host has, so it would limit nothing",
             f"set cpus to {have} or less, or run on a host with more CPUs",
         )
+
+
+def _check_bandwidth(layout: Layout, service: Service) -> None:
     if layout.version("cpu") == 1 and not (layout.hierarchies["cpu"].mount / "cpu.cfs_quota_us").exists():
         raise EnvironmentProblem(
-            f"{_where(service)}service {service.name}: cpus needs CFS bandwidth control, which this "
-            f"kernel lacks (no cpu.cfs_quota_us in {layout.hierarchies['cpu'].mount})",
+            f"{_where(service)}service {service.name}: {_key_of(service, 'cpu')} needs CFS bandwidth control, "
+            f"which this kernel lacks (no cpu.cfs_quota_us in {layout.hierarchies['cpu'].mount})",
             "use a kernel built with CONFIG_CFS_BANDWIDTH, or remove the key",
         )
 

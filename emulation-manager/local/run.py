@@ -60,7 +60,7 @@ from collapsar.manager.run.stages import StageClock
 from collapsar.manager.status.api import StatusServer
 from collapsar.manager.status.control import AdHocLinks, local_control
 from collapsar.manager.status.topoview import topology_json
-from collapsar.model import Experiment
+from collapsar.model import Experiment, service_of
 from collapsar.resources import check_mode
 from collapsar.tcal.contract import TreeFactory
 
@@ -195,6 +195,7 @@ class LocalRun(ManagerRun):
                     self.tcal.Shaping,
                     netem=self.netem,
                     wire_overhead=self.experiment.settings.wire_overhead,
+                    egress=self.experiment.service(service_of(self.experiment, net.instance)).egress,
                 )
                 with clock.item("shaping"):
                     core.install(paths_from(first, net.instance, self.instances), groups.get(net.instance))

@@ -11,7 +11,7 @@ namespace comes from and how its process starts and stops; that is an
   Docker      collapsar.manager.container.runtime: containers, through the
               Docker API; namespaces are theirs, bound by name (nsbind.py)
 
-Limits per instance (cpus, cpuset, memory) belong to the runtime too, a
+Limits per instance (cpus, cpuset, cpu-speed, memory) belong to the runtime too, a
 property of how an instance runs, not of the network: local mode's control
 groups (collapsar.manager.local.limits), the engine's in container mode.
 """

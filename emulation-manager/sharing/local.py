@@ -201,7 +201,7 @@ class ManagerSharing:
         """One period: `flows` are the meter's (cumulative `wire_bytes` per
         src/dst), `state` the timeline's state now."""
         wire = {(f["src"], f["dst"]): f["wire_bytes"] for f in flows}
-        self.loop.tick(time.monotonic_ns(), wire, state)
+        self.loop.tick(time.monotonic_ns(), wire, state, now_us)
         self._report_drops()
         if self._trace is not None:
             flows = [

@@ -71,6 +71,9 @@ class OwnFlow:
     saturated: bool
 
 
+BACKGROUND = "background"  # the first part of a background flow's id, and its rows' src
+
+
 class _LinkView:
     """Capacity and delay per link id for one timeline state (cached: a
     state object never changes, and the timeline hands out the same object
@@ -82,6 +85,24 @@ class _LinkView:
         self.capacity = {lid: (link.props.rate_bps if link.present else None) for lid, link in links.items()}
         self.delay_us = {lid: link.props.delay_us for lid, link in links.items()}
         self.ends = {lid: (link.src, link.dst) for lid, link in links.items()}
+        # Present links with background traffic (collapsar.impairments.Background).
+        self.background = {
+            lid: link.props.extras.background
+            for lid, link in links.items()
+            if link.present and link.props.extras.background is not None and self.capacity[lid] is not None
+        }
+        self.seed = state.graph.experiment.settings.seed
+
+    def background_flows(self, run_us: int) -> list[Flow]:
+        """One flow per link with background traffic: wanting the rate drawn for now."""
+        flows = []
+        for lid, background in self.background.items():
+            capacity = self.capacity[lid]
+            assert capacity is not None
+            rate = background.rate_at(self.seed, lid, run_us, capacity)
+            rtt_us = background.round_trip_us(self.delay_us[lid])
+            flows.append(Flow((BACKGROUND, lid), (lid,), rtt_us, capacity, rate))
+        return flows
 
     def remote_flow(self, flow_id, report: FlowReport) -> Flow:
         caps = [self.capacity.get(lid) for lid in report.link_ids]
@@ -174,7 +195,8 @@ class ShareLoop:
 
     # ---- the step ----------------------------------------------------------------
 
-    def tick(self, now_ns: int, wire_bytes: Mapping[tuple[str, str], int], state) -> None:
+    def tick(self, now_ns: int, wire_bytes: Mapping[tuple[str, str], int], state, run_us: int = 0) -> None:
+        """One period; `run_us` is the run's clock (background traffic draws by it)."""
         self.period += 1
         if self._view is None or self._view.state is not state:
             self._view = _LinkView(state)
@@ -200,6 +222,10 @@ class ShareLoop:
                 flows.append(flow)
                 offered[flow.flow_id] = report.rate_bps
                 saturated[flow.flow_id] = report.saturated
+        for flow in view.background_flows(run_us):
+            flows.append(flow)
+            offered[flow.flow_id] = flow.demand_bps
+            saturated[flow.flow_id] = False
         result = share(flows, view.capacity)
         link_loss, flow_loss = congestion_loss(
             flows, offered, result.rate_bps, view.capacity, self.settings.loss_tolerance
@@ -257,12 +283,19 @@ class ShareLoop:
         rows = []
         for flow in flows:
             fid = flow.flow_id
-            local = fid[0] != "peer"
+            local = fid[0] not in ("peer", BACKGROUND)
             applied = self.applied.get(fid) if local else None
+            if fid[0] == BACKGROUND:  # named by the link it crosses
+                src, dst = BACKGROUND, "{} -> {}".format(*view.ends.get(fid[1], ("?", "?")))
+            elif local:
+                src, dst = fid
+            else:
+                src = self._sender_names.get(fid[1], f"sender {fid[1]}")
+                dst = view.ends.get(flow.link_ids[-1], ("?", "?"))[1]
             rows.append(
                 {
-                    "src": fid[0] if local else self._sender_names.get(fid[1], f"sender {fid[1]}"),
-                    "dst": fid[1] if local else view.ends.get(flow.link_ids[-1], ("?", "?"))[1],
+                    "src": src,
+                    "dst": dst,
                     "local": local,
                     "link_ids": list(flow.link_ids),
                     "rtt_us": flow.rtt_us,

@@ -10,6 +10,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "counters.h"
+#include "duplicate.h"
 
 /* From linux/pkt_cls.h and linux/if_ether.h, which vmlinux.h lacks (macros). */
 #define TC_ACT_UNSPEC (-1)
@@ -101,6 +102,11 @@ int cx_count_egress(struct __sk_buff *skb)
 	struct iphdr ip;
 	__u32 zero = 0;
 
+	/* A copy the duplicator made: the instance did not send it (netem's
+	 * copies were never counted either).  The duplicator's filter runs
+	 * after ours, so the copy still carries its mark here. */
+	if (skb->mark & CX_DUP_MARK)
+		goto pass;
 	/* bpf_skb_load_bytes, not direct access: headers may sit in paged data. */
 	if (skb->protocol != bpf_htons(ETH_P_IP) ||
 	    bpf_skb_load_bytes(skb, CX_ETH_HLEN, &ip, sizeof(ip))) {

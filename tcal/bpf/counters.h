@@ -13,7 +13,8 @@
  * Headers per segment are parsed for IPv4 TCP (data offset) and UDP; the
  * non-IPv4 slot (ARP, IPv6) repeats only the Ethernet header per segment, so
  * IPv6 GSO traffic there is slightly underestimated.  Counted at clsact
- * egress: before any qdisc, so packets the shaper later drops are included.
+ * egress: before any qdisc, so packets the shaper later drops are included;
+ * the duplicator's copies (duplicate.h) are not.
  */
 #ifndef CX_COUNTERS_H
 #define CX_COUNTERS_H

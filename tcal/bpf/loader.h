@@ -1,5 +1,6 @@
 /* libcxcounters: load, attach, read and detach the per-destination egress
  * counters (counters.bpf.c) on one interface inside one network namespace.
+ * (The library also holds the duplicator: duplicator.h.)
  *
  * Every function returns -1 (or NULL) on failure and records what failed in a
  * per-thread buffer: cx_last_error() gives the message, cx_last_errno() the
@@ -22,6 +23,7 @@ enum cx_stage {
 	CX_STAGE_READ = 5,	/* map reads */
 	CX_STAGE_DETACH = 6,	/* removing the filter or our clsact */
 	CX_STAGE_ARG = 7,	/* a bad argument from the caller */
+	CX_STAGE_UPDATE = 8,	/* writing a map (the duplicator's probabilities) */
 };
 
 struct cx_counters;

@@ -122,12 +122,9 @@ __u32 cx_counters_capacity(const struct cx_counters *cx)
 int cx_counters_filter(const struct cx_counters *cx, __u32 *handle,
 		       __u32 *priority, __u32 *prog_id)
 {
-	if (!cx || !cx->attached)
-		return cx_fail(CX_STAGE_ARG, ENOENT, __func__, "not attached");
-	*handle = cx->opts.handle;
-	*priority = cx->opts.priority;
-	*prog_id = cx->opts.prog_id;
-	return 0;
+	if (!cx)
+		return cx_fail(CX_STAGE_ARG, ENOENT, __func__, "no counters");
+	return cx_filter_id(&cx->filter, handle, priority, prog_id);
 }
 
 void cx_counters_use_batch(struct cx_counters *cx, bool use_batch)

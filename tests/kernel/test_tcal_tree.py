@@ -246,7 +246,7 @@ def test_kernel_errors_name_the_destination_and_operation(tree_factory):
 
 def test_without_netem_delay_is_refused_before_anything_is_sent(tree_factory):
     pair, tree = tree_factory()
-    with pytest.raises(CollapsarError, match="delay, jitter and loss need sch_netem"):
+    with pytest.raises(CollapsarError, match=r"delay, jitter and loss \(burst loss, reordering and corruption too\)"):
         tree.setup([Shaping(pair.dst_ips[0], 10_000_000, delay_us=5_000)])
     assert qdisc_kinds(pair.src_ns, pair.src_if) == [("noqueue", "0:", "root")]
     tree.setup([Shaping(pair.dst_ips[0], 10_000_000)])

@@ -13,6 +13,7 @@ from test_manager_fakes import FakeState, full_mesh, path, timeline_of
 from collapsar.manager.container import hostsfile, nsbind
 from collapsar.manager.container.engine import Seen, seen_from
 from collapsar.manager.container.run import ContainerOptions, ContainerRun
+from collapsar.model import Service
 from collapsar.tcal.plan import Shaping
 
 NAMES = ["a", "b", "c"]
@@ -72,8 +73,12 @@ def make_run(first_instances=("a", "b", "c"), experiment=None):
     state = FakeState(list(first_instances), full_mesh(list(first_instances), rate_bps=10_000_000))
     later = FakeState(NAMES, full_mesh(NAMES, rate_bps=5_000_000))
     timeline = timeline_of([(0, (), state), (60_000_000, (), later)])
+    services = {name: Service(name) for name in NAMES}
     experiment = experiment or SimpleNamespace(
-        settings=SimpleNamespace(wire_overhead=True, period_us=50_000), source="t"
+        settings=SimpleNamespace(wire_overhead=True, period_us=50_000),
+        source="t",
+        services=tuple(services.values()),
+        service=services.__getitem__,
     )
     tcal = SimpleNamespace(TcTree=FakeTree, Shaping=Shaping)
     return ContainerRun(experiment, timeline, ContainerOptions("e-1"), FakeView(), tcal)

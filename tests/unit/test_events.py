@@ -159,7 +159,7 @@ def test_partition_with_until_starts_and_heals():
 
 def test_set_bandwidth_changes_both_directions():
     (ev,) = events("{at: 1s, link: [s1, s2], set: {latency: 20ms, bandwidth: 5Mbps, loss: 1%}}")
-    both = {"delay_us": 20_000, "loss_ratio": 0.01, "rate_bps": 5_000_000}
+    both = {"delay_us": 20_000, "loss_ratio": 0.01, "loss_model": None, "rate_bps": 5_000_000}
     assert ev == LinkSetEvent(1_000_000, "s1", "s2", both, both, Where("t.yaml", 12))
 
 

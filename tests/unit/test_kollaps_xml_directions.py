@@ -117,7 +117,12 @@ def test_a_link_change_without_download_acts_on_origin_to_dest_only():
         "k.xml",
     )
     change, both = experiment.events
-    assert (change.a, change.b, change.up, change.down) == ("s", "t", {}, {"delay_us": 30_000, "loss_ratio": 0.1})
+    assert (change.a, change.b, change.up, change.down) == (
+        "s",
+        "t",
+        {},
+        {"delay_us": 30_000, "loss_ratio": 0.1, "loss_model": None},
+    )
     assert both.up == {"delay_us": 40_000, "rate_bps": 10**6}
     assert both.down == {"delay_us": 40_000, "rate_bps": 2 * 10**6}
 

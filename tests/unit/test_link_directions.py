@@ -100,7 +100,7 @@ def test_set_changes_one_direction():
         ),
     )
     first, second = experiment.events
-    assert (first.up, first.down) == ({"delay_us": 50_000, "loss_ratio": 0.01}, {})
+    assert (first.up, first.down) == ({"delay_us": 50_000, "loss_ratio": 0.01, "loss_model": None}, {})
     # Written from b: its up is the link's down.
     assert (second.a, second.b, second.up, second.down) == ("a", "b", {"jitter_us": 1000}, {"rate_bps": 10**6})
     steps = build_timeline(experiment).steps
@@ -115,7 +115,10 @@ def test_set_for_both_directions_and_one():
         "{from: a, to: b, latency: 10ms}", events=("{at: 1s, link: [a, b], set: {latency: 20ms, down: {loss: 5%}}}",)
     )
     (event,) = experiment.events
-    assert (event.up, event.down) == ({"delay_us": 20_000}, {"delay_us": 20_000, "loss_ratio": 0.05})
+    assert (event.up, event.down) == (
+        {"delay_us": 20_000},
+        {"delay_us": 20_000, "loss_ratio": 0.05, "loss_model": None},
+    )
 
 
 def test_a_join_creates_an_asymmetric_link():

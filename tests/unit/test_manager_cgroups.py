@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cgroup_support import mount_line, v1_tree, v2_tree
 
+from collapsar.cpuspeed import CpuBandwidth
 from collapsar.errors import EnvironmentProblem
 from collapsar.manager.local.cgroups import Hierarchy, Write, detect, host_cpus, limit_writes, oom_kills
 from collapsar.manager.local.limits import JOIN_SCRIPT, RunGroups
@@ -75,7 +76,7 @@ def test_a_mount_point_with_a_space_is_unescaped(tmp_path):
 
 def test_each_key_writes_what_docker_would_v1(tmp_path):
     _, layout = v1_tree(tmp_path)
-    assert limit_writes(layout, 0.5, (0, 1, 3), 64 << 20) == [
+    assert limit_writes(layout, CpuBandwidth(50_000, 100_000), (0, 1, 3), 64 << 20) == [
         Write("cpu", "cpu.cfs_period_us", "100000"),
         Write("cpu", "cpu.cfs_quota_us", "50000"),
         Write("cpuset", "cpuset.cpus", "0-1,3"),
@@ -86,7 +87,7 @@ def test_each_key_writes_what_docker_would_v1(tmp_path):
 
 def test_each_key_writes_what_docker_would_v2(tmp_path):
     _, layout = v2_tree(tmp_path)
-    assert limit_writes(layout, 2.25, (2,), 512 << 20) == [
+    assert limit_writes(layout, CpuBandwidth(225_000, 100_000), (2,), 512 << 20) == [
         Write("cpu", "cpu.max", "225000 100000"),
         Write("cpuset", "cpuset.cpus", "2"),
         Write("memory", "memory.max", "536870912"),

@@ -103,6 +103,7 @@ def test_placeholder_class_gets_every_field_when_restored():
         "jitter_us",
         "distribution",
         "loss_ratio",
+        "extras",
     }
 
 

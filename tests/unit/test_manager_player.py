@@ -4,6 +4,7 @@ import time
 
 from test_manager_fakes import FakeState, full_mesh, path, timeline_of
 
+from collapsar.impairments import NO_EXTRAS
 from collapsar.manager.play.player import (
     BULK_CHANGE,
     HOT_DESTINATIONS,
@@ -114,7 +115,7 @@ def _plan(pairs: dict[tuple[str, str], int | None]) -> StepPlan:
 
 def test_lineages_keep_what_bulk_steps_change_alike_together():
     many = [f"d{i}" for i in range(BULK_CHANGE)]
-    values = lambda rate: (0, 0, "normal", 0.0, rate)  # noqa: E731 (shaping_values of path())
+    values = lambda rate: (0, 0, "normal", 0.0, rate, NO_EXTRAS)  # noqa: E731 (shaping_values of path())
     plans = [
         _plan({("s", d): 5_000_000 for d in many}),  # 1: a bulk step for s: every pair it changes
         _plan({("s", "d0"): 7_000_000, ("t", "d1"): 7_000_000}),  # 2: a few paths: left out
@@ -135,7 +136,7 @@ def test_lineages_single_out_a_destination_every_tree_changes():
         _plan({(src, "away"): 9_000_000 for src in sources}),  # the reconnect: a restore, not new values
     ]
     got = lineages(plans)
-    assert got == {src: {"hot": ((1, (0, 0, "normal", 0.0, 3_000_000)),)} for src in sources}
+    assert got == {src: {"hot": ((1, (0, 0, "normal", 0.0, 3_000_000, NO_EXTRAS)),)} for src in sources}
 
 
 def test_lineages_cap_the_destinations_singled_out():

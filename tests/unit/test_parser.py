@@ -43,7 +43,7 @@ def test_settings():
         """)
         + MINIMAL
     )
-    assert experiment.settings == Settings("geo-1", 20_000, "hops", 7, False, Where("t.yaml", 2))
+    assert experiment.settings == Settings("geo-1", 20_000, "hops", 7, False, where=Where("t.yaml", 2))
 
 
 def test_service_keys():

@@ -57,13 +57,16 @@ CASES = [
         link("{from: s1, to: s2, up: {down: 1Mbps}}"),
         [
             "t.yaml:8: link s1 -> s2: up: unknown key 'down' (expected one of: latency, jitter, "
-            "distribution, loss, bandwidth)"
+            "distribution, loss, bandwidth, reorder, duplicate, corrupt, in-order, queue, background, trace)"
         ],
     ),
     (
         "empty direction",
         link("{from: s1, to: s2, down: {}}"),
-        ["t.yaml:8: link s1 -> s2: down: expected at least one of latency, jitter, distribution, loss, bandwidth"],
+        [
+            "t.yaml:8: link s1 -> s2: down: expected at least one of latency, jitter, distribution, loss, bandwidth, "
+            "reorder, duplicate, corrupt, in-order, queue, background"
+        ],
     ),
     (
         "direction as a list",

@@ -80,7 +80,7 @@ EVENT_CASES = [
         event("{at: 1s, link: [web, s1], set: {}}"),
         [
             "t.yaml:9: link web -> s1: set: expected at least one of latency, jitter, "
-            "distribution, loss, bandwidth, up, down"
+            "distribution, loss, bandwidth, reorder, duplicate, corrupt, in-order, queue, background, up, down"
         ],
     ),
     (

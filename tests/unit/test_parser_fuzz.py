@@ -152,6 +152,19 @@ KEYS = st.sampled_from(
         "direction",
         "distribution",
         "loss",
+        "reorder",
+        "duplicate",
+        "corrupt",
+        "in-order",
+        "queue",
+        "rate",
+        "burst",
+        "correlation",
+        "to-bad",
+        "to-good",
+        "loss-in-bad",
+        "background",
+        "mean",
     ]
 )
 DOCUMENTS = st.recursive(
@@ -243,9 +256,30 @@ def experiments(draw):
                 link["distribution"] = draw(st.sampled_from(["normal", "pareto", "uniform"]))
         if draw(st.booleans()):
             link["loss"] = draw(st.floats(0, 1))
+        elif draw(st.booleans()):  # burst loss, as the chain itself
+            chain = {"to-bad": draw(st.floats(0, 1)), "to-good": draw(st.floats(0.001, 1))}
+            if draw(st.booleans()):
+                chain["loss-in-bad"] = draw(st.floats(0, 1))
+            link["loss"] = chain
+        for key in ("duplicate", "corrupt") + (("reorder",) if latency_us else ()):
+            if draw(st.booleans()):
+                link[key] = draw(st.floats(0, 1))
+        if "jitter" in link and draw(st.booleans()):
+            link["in-order"] = draw(st.booleans())
         rates = draw(st.sampled_from(["none", "both", "split", "one-way"]))
         if rates == "both":
             link["bandwidth"] = f"{draw(st.integers(1, 10**10))}bps"
+            if draw(st.booleans()):
+                link["queue"] = draw(st.one_of(st.integers(1, 10**6), st.integers(1, 60 * 10**6).map("{}us".format)))
+            if draw(st.booleans()):
+                link["background"] = {
+                    "mean": f"{draw(st.integers(1, 10**9))}bps",
+                    "every": f"{draw(st.integers(1, 99))}s",
+                }
+                if draw(st.booleans()):
+                    link["background"]["sd"] = f"{draw(st.integers(0, 10**9))}bps"
+                if draw(st.booleans()):
+                    link["background"]["rtt"] = f"{draw(st.integers(1, 10**6))}us"
         elif rates == "split":
             link["up"] = f"{draw(st.integers(1, 10**10))}bps"
             link["down"] = f"{draw(st.integers(1, 4 * 10**9))}Kbps"  # up to MAX_RATE_BPS

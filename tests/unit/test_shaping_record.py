@@ -25,7 +25,7 @@ IPS = {"a": "10.77.0.2", "b": "10.77.0.3"}
 
 
 def test_fields_and_distributions_are_the_records():
-    assert SHAPING_FIELDS == ("delay_us", "jitter_us", "distribution", "loss_ratio", "rate_bps")
+    assert SHAPING_FIELDS == ("delay_us", "jitter_us", "distribution", "loss_ratio", "rate_bps", "extras")
     assert DISTRIBUTIONS == ("normal", "pareto", "paretonormal", "uniform")
     assert all(len(table_bytes(name)) == 2 * TABLE_SIZE for name in DISTRIBUTIONS)  # each has netem's table
 

@@ -149,7 +149,10 @@ def test_without_netem_the_leaf_is_a_pfifo_and_delay_is_rejected():
     plan = plan_tree([Shaping("10.0.1.2", 10_000_000)], netem=False)
     assert plan.dests[0].leaf == LeafParams("pfifo", 1000)
     assert plan.blackhole_leaf == LeafParams("pfifo", 0)
-    with pytest.raises(CollapsarError, match="10.0.1.2: delay, jitter and loss need sch_netem"):
+    with pytest.raises(
+        CollapsarError,
+        match=r"10.0.1.2: delay, jitter and loss \(burst loss, reordering and corruption too\) need sch_netem",
+    ):
         plan_tree([Shaping("10.0.1.2", 10_000_000, delay_us=1000)], netem=False)
     with pytest.raises(CollapsarError, match="loss_ratio=0.5"):
         leaf_params(Shaping("10.0.1.2", None, loss_ratio=0.5), netem=False)

@@ -87,6 +87,16 @@ def test_demo_changed_pairs():
     assert set(steps[3].changed) == {("client", "server"), ("server", "client")}
 
 
+NO_EXTRAS_JSON = {
+    "loss_model": None,
+    "reorder": 0.0,
+    "duplicate": 0.0,
+    "corrupt": 0.0,
+    "in_order": False,
+    "queue_packets": None,
+}
+
+
 def test_collapse_command_json(capsys):
     demo = str(TOPOLOGIES / "demo.yaml")
     assert main(["collapse", demo, "--json", "--at", "10s", "--from", "client"]) == 0
@@ -101,6 +111,7 @@ def test_collapse_command_json(capsys):
             "bandwidth_bps": 5_000_000,
             "links": [0, 4, 6],
             "distribution": "normal",
+            **NO_EXTRAS_JSON,
         },
         {
             "src": "client",
@@ -111,6 +122,7 @@ def test_collapse_command_json(capsys):
             "bandwidth_bps": 50_000_000,
             "links": [0, 3],
             "distribution": "normal",
+            **NO_EXTRAS_JSON,
         },
     ]
 

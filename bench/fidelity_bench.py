@@ -1,0 +1,298 @@
+"""Fidelity: one scenario through Collapsar and through a hop-by-hop reference network, against the sharing model.
+
+    python bench/fidelity_bench.py --vm                      # bench/kollaps-fig8.yaml, one run each
+    python bench/fidelity_bench.py --vm --repeat 5 --settle 8s
+
+The scenario's flows are its `iperf3 -c SERVER -t T` clients (each client
+service runs one, after an optional `sleep`; its stdout is its JSON report
+which, with --get-server-output and servers run with -J, holds the
+receiver's intervals); a stage starts when a client joins and
+ends at the next join (the last at the last flow's end).  Per stage and
+flow:
+- model: `collapsar.manager.sharing.model.share` over the flows active in
+  that stage, greedy, on Collapsar's collapsed paths (RTT = 2 x delay);
+- Collapsar: `collapsar run FILE`, then the receiver's per-second
+  intervals from each client's log (RUNDIR/logs/<client>.out);
+- reference: tests/reference_net.py (one namespace per instance and
+  bridge, a veth per link, htb + netem + a BDP queue per direction), the
+  same intervals from its logs.
+A flow's rate in a stage is the mean of the server's intervals that lie
+in the stage's settled part (from `--settle` after its start to its end,
+timed from the client's join plus its `sleep`); raw.json keeps the
+per-second series, so `--summarise --settle T` re-reads them.  With --repeat N each
+system runs N times (alternating), and the table shows the mean and the
+95% interval (Student t) over the runs.
+
+Delays need sch_netem: `--vm` runs the measuring part in the stock-kernel
+VM (collapsar.vm.run_in_vm, one boot for everything) and the summary on
+this host (numpy and scipy are slow to import in the emulated CPU).
+Measurements go to --out (default artifacts/fidelity/), replacing an
+earlier measurement's: raw.json (each run's per-second series per flow),
+table.txt, summary.json, and each run's logs in <system>-<run>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "tests"))
+from collapsar.errors import CollapsarError  # noqa: E402
+from collapsar.model import Experiment, ServiceEvent, instance_name  # noqa: E402
+from collapsar.parser import parse_file  # noqa: E402
+from collapsar.units import parse_duration_us  # noqa: E402
+
+DEFAULT_FILE = ROOT / "bench" / "kollaps-fig8.yaml"
+DEFAULT_OUT = ROOT / "artifacts" / "fidelity"
+SYSTEMS = ("collapsar", "reference")
+# A share of a link's rate carries this much TCP goodput (MTU 1500, timestamps):
+# 1448 payload bytes per 1538 wire bytes, or per 1514 without wire overhead.
+GOODPUT_PER_RATE = {True: 1448 / 1538, False: 1448 / 1514}
+GUEST_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+# ---- the scenario ---------------------------------------------------------------
+
+
+def flows_of(experiment: Experiment) -> list[dict]:
+    """Each iperf3 client: instance, server instance, when its flow starts and ends (s from t=0)."""
+    joins = {t: e.at_us / 1e6 for e in experiment.events if isinstance(e, ServiceEvent) for t in e.targets}
+    flows = []
+    for service in experiment.services:
+        text = shlex.join(service.command)
+        client = re.search(r"iperf3\s.*?(?:-c|--client)\s+(\S+)", text)
+        if not client:
+            continue
+        seconds = re.search(r"(?:-t|--time)\s+([0-9.]+)", text)
+        sleep = re.search(r"sleep\s+([0-9.]+)", text)
+        instance = instance_name(service.name, 1)
+        start = joins.get(instance, 0.0) + (float(sleep.group(1)) if sleep else 0.0)
+        flows.append(
+            {
+                "client": instance,
+                "server": client.group(1),
+                "start_s": start,
+                "end_s": start + (float(seconds.group(1)) if seconds else 10.0),
+            }
+        )
+    if not flows:
+        raise CollapsarError(f"{experiment.source}: no service runs `iperf3 -c SERVER`: nothing to measure")
+    return flows
+
+
+def stages_of(flows: list[dict]) -> list[tuple[float, float]]:
+    """[start, end) of each stage: the joins, then the last flow's end."""
+    starts = sorted({round(f["start_s"]) for f in flows})
+    ends = starts[1:] + [max(f["end_s"] for f in flows)]
+    return [(float(a), float(b)) for a, b in zip(starts, ends)]
+
+
+def active(flows: list[dict], stage: tuple[float, float]) -> list[dict]:
+    return [f for f in flows if f["start_s"] <= stage[0] + 1.5 and f["end_s"] >= stage[1] - 1.5]
+
+
+# ---- measuring (in the VM when --vm) ------------------------------------------------
+
+
+def server_intervals(report_text: str) -> list[tuple[float, float, float]]:
+    """(start, end, bits/s) of the receiver's intervals from a client's iperf3 -J report."""
+    report = json.loads(report_text[report_text.index("{") :])
+    if "error" in report:
+        raise CollapsarError(f"iperf3: {report['error']}")
+    if "server_output_json" not in report:
+        # What the sender wrote into its socket is not what arrived: refuse it.
+        raise CollapsarError(
+            "iperf3 report without the server's intervals: run the client with --get-server-output "
+            "and the server with -J"
+        )
+    intervals = report["server_output_json"]["intervals"]
+    return [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"]) for i in intervals]
+
+
+def flow_series(logs: Path, flows: list[dict]) -> dict[str, list[tuple[float, float, float]]]:
+    """Each flow's receiver intervals, timed from t=0: (start, end, bits/s)."""
+    series = {}
+    for flow in flows:
+        out = (logs / f"{flow['client']}.out").read_text()
+        series[flow["client"]] = [
+            (flow["start_s"] + a, flow["start_s"] + b, bps) for a, b, bps in server_intervals(out)
+        ]
+    return series
+
+
+def stage_rates(series: dict, flows: list[dict], stages, settle_s: float) -> dict[str, dict[str, float | None]]:
+    """Per stage, each active flow's mean rate over the stage's settled part."""
+    rates: dict[str, dict[str, float | None]] = {}
+    for k, stage in enumerate(stages):
+        rates[str(k)] = {}
+        for flow in active(flows, stage):
+            begin = max(stage[0], flow["start_s"]) + settle_s
+            kept = [bps for a, b, bps in series[flow["client"]] if a >= begin - 0.1 and b <= stage[1] + 0.1]
+            rates[str(k)][flow["client"]] = sum(kept) / len(kept) if kept else None
+    return rates
+
+
+def run_collapsar(file: Path, out: Path) -> Path:
+    before = set(out.iterdir()) if out.exists() else set()
+    out.mkdir(parents=True, exist_ok=True)
+    collapsar = Path(sys.prefix) / "bin" / "collapsar"
+    done = subprocess.run([str(collapsar), "run", "--run-dir", str(out), str(file)], capture_output=True, text=True)
+    made = [p for p in out.iterdir() if p.is_dir() and p not in before]
+    if done.returncode or len(made) != 1:
+        raise CollapsarError(f"collapsar run {file} exited {done.returncode}: {done.stderr.strip()[-1500:]}")
+    return made[0] / "logs"
+
+
+def run_reference(file: Path, out: Path) -> Path:
+    from reference_net import ReferenceNet
+
+    with ReferenceNet(parse_file(file), log_dir=out) as net:
+        codes = net.run()
+    failed = {name: code for name, code in codes.items() if code}
+    if failed:
+        raise CollapsarError(f"reference run of {file}: commands failed: {failed} (logs in {out})")
+    return out
+
+
+def measure(args) -> int:
+    from collapsar.tcal import check_kernel
+
+    experiment = parse_file(args.file)
+    directions = [props for spec in experiment.links for props in (spec.up, spec.down) if props is not None]
+    check_kernel(need_netem=any(props.needs_netem for props in directions))
+    flows, stages = flows_of(experiment), stages_of(flows_of(experiment))
+    raw: dict = {"file": str(args.file), "flows": flows, "stages": stages, "runs": []}
+    args.out.mkdir(parents=True, exist_ok=True)
+    for number in range(args.repeat):
+        for system in SYSTEMS:
+            started = time.monotonic()
+            where = args.out / f"{system}-{number + 1}"
+            if where.exists():  # a previous measurement's: its logs would be appended to
+                shutil.rmtree(where)
+            logs = (run_collapsar if system == "collapsar" else run_reference)(args.file, where)
+            took = time.monotonic() - started
+            series = flow_series(logs, flows)
+            raw["runs"].append({"system": system, "run": number + 1, "took_s": took, "series": series})
+            print(f"{system} run {number + 1} of {args.repeat}: {took:.0f} s", flush=True)
+            (args.out / "raw.json").write_text(json.dumps(raw, indent=1))
+    return 0
+
+
+# ---- the summary (on the host) ------------------------------------------------------
+
+
+def model_rates(experiment: Experiment, flows: list[dict], stages) -> dict:
+    from reference_plan import with_joiners
+
+    from collapsar.collapse import collapse
+    from collapsar.manager.sharing.model import Flow, share
+
+    state = collapse(with_joiners(experiment))
+    capacity = {i: link.props.rate_bps for i, link in state.links.items()}
+    rates = {}
+    for k, stage in enumerate(stages):
+        wanted = []
+        for flow in active(flows, stage):
+            path = state.path(flow["client"], flow["server"])
+            assert path is not None, f"no path {flow['client']} -> {flow['server']}"
+            # Greedy flows; a path without delay counts as 1 us (the model needs an RTT above 0).
+            rtt_us = max(path.rtt_hint_us, 1)
+            wanted.append(Flow(flow["client"], path.link_ids, rtt_us, path.rate_bps, 10**12))
+        rates[str(k)] = dict(share(wanted, capacity).rate_bps)
+    return rates
+
+
+def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, dict]:
+    from collapsar.report.aggregate import stats
+
+    stages = [tuple(s) for s in raw["stages"]]
+    model = model_rates(experiment, raw["flows"], stages)
+    goodput = GOODPUT_PER_RATE[experiment.settings.wire_overhead]
+    for run in raw["runs"]:
+        run["rates"] = stage_rates(run["series"], raw["flows"], stages, settle_s)
+    lines = [
+        f"{raw['file']}: settled part from {settle_s:g} s into each stage; Mbit/s; "
+        f"mean [95% interval] over {sum(r['system'] == 'collapsar' for r in raw['runs'])} run(s); "
+        f"err: against the model's share as TCP goodput (x {goodput:.4f})",
+        f"{'stage':>5} {'flow':>5} {'model':>7} | {'collapsar':>26} {'err':>6} | {'reference':>26} {'err':>6}",
+    ]
+    summary: dict = {}
+    errors: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+    for k in range(len(stages)):
+        for client, allowed in model[str(k)].items():
+            row = {"model_bps": allowed, "model_goodput_bps": None if allowed is None else allowed * goodput}
+            cells = []
+            for system in SYSTEMS:
+                got = stats(r["rates"][str(k)].get(client) for r in raw["runs"] if r["system"] == system)
+                row[system] = got
+                if got is None or allowed is None:
+                    cells.append(f"{'-':>26} {'-':>6}")
+                    continue
+                ci = got["ci95"] or [got["mean"], got["mean"]]
+                err = got["mean"] / (allowed * goodput) - 1
+                errors[system].append(abs(err))
+                cells.append(f"{got['mean'] / 1e6:7.3f} [{ci[0] / 1e6:7.3f}, {ci[1] / 1e6:7.3f}] {err:+6.1%}")
+            summary[f"{k + 1}/{client}"] = row
+            model_text = f"{allowed / 1e6:7.3f}" if allowed else "      -"
+            lines.append(f"{k + 1:>5} {client:>5} {model_text} | {cells[0]} | {cells[1]}")
+    for system, errs in errors.items():
+        if errs:
+            errs.sort()
+            lines.append(f"{system}: |err| vs model median {errs[len(errs) // 2]:.1%}, worst {errs[-1]:.1%}")
+    took = {s: sum(r["took_s"] for r in raw["runs"] if r["system"] == s) for s in SYSTEMS}
+    lines.append("run time: " + ", ".join(f"{s} {t:.0f} s" for s, t in took.items()))
+    return "\n".join(lines), summary
+
+
+def in_vm(args) -> int:
+    from collapsar.vm import run_in_vm
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, str(Path(__file__).resolve()), "--measure-only", "--repeat", str(args.repeat)]
+    argv += ["--out", str(args.out.resolve()), str(args.file.resolve())]
+    budget_s = 600 + args.repeat * 2 * 400
+    return run_in_vm(argv, [args.out], budget_s, env=GUEST_ENV, cwd=str(ROOT))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("file", nargs="?", type=Path, default=DEFAULT_FILE, help="scenario (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each system (default: 1)")
+    parser.add_argument("--settle", default="8s", help="left out at the start of each stage (default: 8s)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder (default: %(default)s)")
+    parser.add_argument("--vm", action="store_true", help="measure in the stock-kernel VM (netem)")
+    parser.add_argument("--measure-only", action="store_true", help="measure and write raw.json, no summary")
+    parser.add_argument("--summarise", action="store_true", help="only summarise the raw.json in --out")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    try:
+        started = time.monotonic()
+        rc = 0 if args.summarise else in_vm(args) if args.vm else measure(args)
+        if rc or args.measure_only:
+            return rc
+        raw = json.loads((args.out / "raw.json").read_text())
+        table, summary = summarise(raw, parse_file(args.file), parse_duration_us(args.settle) / 1e6)
+        table += f"\nwall time {time.monotonic() - started:.0f} s" + (" (VM boot included)" if args.vm else "")
+        (args.out / "table.txt").write_text(table + "\n")
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+        print(table)
+        return 0
+    except CollapsarError as error:
+        print(f"fidelity_bench: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

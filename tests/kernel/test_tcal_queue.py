@@ -1,0 +1,108 @@
+"""A path's queue size (`queue:`) on this host's kernel: the leaf's limit, and
+what it does to the delay a packet waits behind a saturated bottleneck.
+
+A UDP flood of full frames at six times the class's rate (two streams, so
+that a sender stalled for a moment by a busy host seldom lets the queue
+drain) keeps the queue full; UDP, because a queue counts what the kernel
+queues, and a TCP sender's GSO super-packets (up to 16 frames each at this
+rate) count once each (see docs/language.md, "Queue"); a ping sent
+through the same class then waits behind the whole queue: Q full frames,
+each taking 1538 bytes of wire time at the rate (1.2304 ms at 10 Mbit/s; the
+TCAL charges Ethernet's wire overhead).  The ping's reply path is unshaped.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+
+import pytest
+from tcal_traffic import run, tc_json
+
+from collapsar.impairments import Extras, Queue
+from collapsar.tcal import Shaping
+
+RATE_BPS = 10_000_000
+FRAME_MS = 1538 * 8 / RATE_BPS * 1000  # one full frame's wire time
+
+
+def leaf_limit(ns: str, dev: str, kind: str = "pfifo") -> list[int]:
+    return sorted(q["options"]["limit"] for q in tc_json(ns, "qdisc", "show", "dev", dev) if q["kind"] == kind)
+
+
+def rtt_under_flood_ms(pair, ip: str) -> list[float]:
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", pair.dst_ns, "iperf3", "-s", "-1", "-B", ip, "-p", "5302"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        flood = None
+        for _ in range(50):  # until the server listens
+            flood = subprocess.Popen(
+                ["ip", "netns", "exec", pair.src_ns, "iperf3", "-c", ip, "-p", "5302", "-u", "-b", "30M", "-P", "2"]
+                + ["-l", "1472", "-t", "6", "-w", "4M"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            try:
+                flood.wait(timeout=0.3)
+            except subprocess.TimeoutExpired:
+                break
+            subprocess.run(["sleep", "0.1"], check=True)
+        assert flood is not None and flood.poll() is None, "the flood did not start"
+        subprocess.run(["sleep", "1.5"], check=True)  # the queue fills
+        out = run("ping", "-n", "-c", "120", "-i", "0.025", "-W", "2", ip, ns=pair.src_ns, check=False, timeout=30)
+        report, _ = flood.communicate(timeout=30)
+        assert flood.returncode == 0, f"the flood failed: {report}"
+    finally:
+        for proc in (server, flood):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return [float(part.split("=")[1].split()[0]) for part in out.split() if part.startswith("time=")]
+
+
+@pytest.mark.parametrize(
+    "queue,packets",
+    [(Queue(packets=20), 20), (Queue(packets=100), 100), (Queue(time_us=20_000), 17)],
+    ids=["20 packets", "100 packets", "20ms"],
+)
+def test_a_full_queue_delays_by_its_size(tree_factory, queue, packets):
+    pair, tree = tree_factory(n_dst=1)
+    ip = pair.dst_ips[0]
+    # A path's queue is in packets once composed (collapsar.impairments.compose);
+    # a time here is what compose turns into packets at the rate.
+    given = Queue(packets=queue.packets_at(RATE_BPS, 1514))
+    tree.setup([Shaping(ip, rate_bps=RATE_BPS, extras=Extras(queue=given))])
+    assert leaf_limit(pair.src_ns, pair.src_if) == [0, packets]  # the blackhole's pfifo, then ours
+    rtts = sorted(rtt_under_flood_ms(pair, ip))
+    expected = packets * FRAME_MS
+    p50, p90 = statistics.median(rtts), rtts[int(0.9 * (len(rtts) - 1))]
+    print(
+        f"queue {packets} packets: RTT median {p50:.2f} p90 {p90:.2f} ms over {len(rtts)} pings (expected "
+        f"{expected:.2f})"
+    )
+    assert len(rtts) >= 30  # a full queue drops many pings; enough come through
+    # No ping waits behind more than the queue (a hard bound), and a full
+    # queue's wait is what most see (a busy host's stalled sender lets the
+    # queue drain now and then, so the median is the softer figure).
+    assert rtts[-1] <= 1.05 * expected + 2.0
+    assert 0.85 * expected <= p90
+    assert 0.6 * expected <= p50
+
+
+def test_a_queue_change_is_exact_both_ways(tree_factory):
+    """The default sizing only grows (the sharing loop's rates come and go);
+    a queue the user sets shrinks as well as grows."""
+    pair, tree = tree_factory(n_dst=1)
+    ip = pair.dst_ips[0]
+    tree.setup([Shaping(ip, rate_bps=RATE_BPS, extras=Extras(queue=Queue(packets=200)))])
+    assert leaf_limit(pair.src_ns, pair.src_if) == [0, 200]
+    tree.change(ip, extras=Extras(queue=Queue(packets=30)))
+    assert leaf_limit(pair.src_ns, pair.src_if) == [0, 30]
+    tree.change(ip, extras=Extras())
+    assert leaf_limit(pair.src_ns, pair.src_if) == [0, 1000]  # the default without delay
+    tree.change(ip, rate_bps=RATE_BPS // 2)
+    assert leaf_limit(pair.src_ns, pair.src_if) == [0, 1000]
