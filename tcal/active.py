@@ -30,7 +30,6 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError
 from collapsar.model import shaping_values
 from collapsar.tcal import nlmsg as m
@@ -83,15 +82,9 @@ class ActiveTcTree(TcTree):
     """TcTree's contract (collapsar.tcal.contract.ShapingTree) with classes
     made only for destinations that carry traffic (see the module's text)."""
 
-    def __init__(
-        self,
-        ifname: str,
-        netns: str | None = None,
-        wire_overhead: bool = True,
-        netem: bool = True,
-        bucket: EgressBucket | None = None,
-    ):
-        super().__init__(ifname, netns, wire_overhead=wire_overhead, netem=netem, bucket=bucket)
+    def __init__(self, *args, **kwargs):
+        """TcTree's arguments."""
+        super().__init__(*args, **kwargs)
         self._dormant: dict[str, Dormant] = {}
         self._shared: dict[tuple, Shared] = {}
 

@@ -38,11 +38,11 @@ import statistics
 import time
 
 import pytest
+from binomial import binomial_band
 from netns_helpers import sh
 
 from collapsar.tcal import Shaping, TcTree
 
-FALSE_FAIL_ODDS = 1e-4
 # Most an emulated machine adds to a median RTT over the configured delay.
 EXCESS_MS = 2.5
 PING_COUNT, PING_INTERVAL_S = 1000, 0.005
@@ -162,34 +162,6 @@ def test_delay_with_normal_jitter(shaped, probe, record_property, delay_ms, jitt
     until_in_bounds(record_property, attempt)
 
 
-def binomial_pmf(n: int, p: float) -> list[float]:
-    return [
-        math.exp(
-            math.lgamma(n + 1)
-            - math.lgamma(k + 1)
-            - math.lgamma(n - k + 1)
-            + k * math.log(p)
-            + (n - k) * math.log1p(-p)
-        )
-        for k in range(n + 1)
-    ]
-
-
-def loss_band(n: int, loss_ratio: float, odds: float = FALSE_FAIL_ODDS) -> tuple[int, int]:
-    """The central range of lost-packet counts out of `n` that a correct netem
-    with `loss_ratio` leaves with probability at most `odds` (half each side)."""
-    pmf = binomial_pmf(n, loss_ratio)
-    low, tail = 0, 0.0
-    while tail + pmf[low] <= odds / 2:
-        tail += pmf[low]
-        low += 1
-    high, tail = n, 0.0
-    while tail + pmf[high] <= odds / 2:
-        tail += pmf[high]
-        high -= 1
-    return low, high
-
-
 @pytest.mark.parametrize("loss_ratio", [0.01, 0.10])
 def test_loss(shaped, probe, record_property, loss_ratio):
     pair, make = shaped
@@ -197,7 +169,7 @@ def test_loss(shaped, probe, record_property, loss_ratio):
     make(rate_bps=None, loss_ratio=loss_ratio)
     got = probe.ping(pair.src_ns, pair.dst_ips[0], count=n, interval_s=PING_INTERVAL_S)
     lost = got.sent - got.received
-    low, high = loss_band(n, loss_ratio)
+    low, high = binomial_band(n, loss_ratio)
     record_property("lost", f"{lost}/{n} = {lost / n:.2%} (band {low}..{high})")
     assert got.sent == n
     assert low <= lost <= high, f"{lost} of {n} lost, expected {low}..{high} for loss_ratio {loss_ratio}"

@@ -12,7 +12,7 @@ variance is n (rate (1 - rate) + 2 c^2 pi_good pi_bad lam / (1 - lam)), with
 c the difference of the two states' loss and lam = 1 - to_bad - to_good the
 chain's memory per packet.  Counts are held within 4.5 standard deviations
 (false-failure odds ~1e-5); a mean burst within 4.5 standard errors of its
-runs.  Counts of independent events use the binomial band of test_netem.
+runs.  Counts of independent events use the binomial band (tests/binomial.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import os
 import statistics
 
 import pytest
+from binomial import binomial_band
 from netns_helpers import sh
-from test_netem import loss_band, percentile
+from test_netem import percentile
 from udpseq import Stream, stream
 
 from collapsar.impairments import Extras, LossModel
@@ -103,7 +104,7 @@ def test_reordering_sends_that_share_ahead(shape, record_property):
     n = 4000
     got = send(pair, n)
     early = got.early()
-    low, high = loss_band(n, 0.05)
+    low, high = binomial_band(n, 0.05)
     record_property("figures", f"reorder 5%: {early}/{n} overtook (band {low}..{high}), {got.late()} arrived late")
     assert len(got.arrivals) == n and got.duplicated() == 0
     assert low <= early <= high
@@ -118,7 +119,7 @@ def test_corruption_damages_that_share(shape, record_property):
     n = 4000
     got = send(pair, n)
     affected = sum(got.lost())  # dropped, or arrived damaged (not counted as arrived)
-    low, high = loss_band(n, 0.05 * (1 - 6 / 1042))[0], loss_band(n, 0.05)[1]
+    low, high = binomial_band(n, 0.05 * (1 - 6 / 1042))[0], binomial_band(n, 0.05)[1]
     record_property(
         "figures",
         f"corrupt 5%: {affected} of {n} affected (band {low}..{high}): {got.damaged} arrived damaged, "

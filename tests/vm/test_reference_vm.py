@@ -26,10 +26,10 @@ import time
 
 from reference_net import ReferenceNet
 from reference_plan import queue_pkts
+from test_netem import outside, percentile, until_in_bounds
 
 from collapsar.parser import parse_text
 
-ATTEMPTS = 3
 EXCESS_MS = 0.8  # what one netem crossing adds to a median, at most (test_netem: 0.7-1.8 ms per RTT)
 WIRE_FRAME_BITS = 1538 * 8
 
@@ -64,30 +64,6 @@ def rtts_ms(net: ReferenceNet, count: int, interval_s: float) -> tuple[int, list
     argv = ["ping", "-n", "-c", str(count), "-i", str(interval_s), "-W", "3", net.ip("s")]
     out = net.sh("c", *argv, timeout_s=count * interval_s * 10 + 60, check=False).stdout
     return count, [float(t) for t in re.findall(r"time=([0-9.]+) ms", out)]
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    pos = (len(ordered) - 1) * q / 100
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def until_in_bounds(record_property, attempt) -> None:
-    misses = []
-    for number in range(1, ATTEMPTS + 1):
-        figures, problems = attempt()
-        for name, value in figures.items():
-            record_property(("" if number == 1 else f"attempt{number}_") + name, f"{value:.3f}")
-        if not problems:
-            return
-        misses.append(f"attempt {number}: " + "; ".join(problems))
-    raise AssertionError("every attempt missed:\n" + "\n".join(misses))
-
-
-def outside(name: str, value: float, low: float, high: float) -> list[str]:
-    return [] if low <= value <= high else [f"{name} {value:.3f} not in [{low:.3f}, {high:.3f}]"]
 
 
 def test_reference_delays_add_per_hop_and_direction(record_property):
