@@ -18,7 +18,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGIES = ROOT / "topologies"
-HOST_EXAMPLES = ("cloud-egress.yaml", "dumbbell-sharing.yaml", "local-iperf.yaml", "traced-link.yaml")
+HOST_EXAMPLES = (
+    "background.yaml",
+    "cloud-egress.yaml",
+    "dumbbell-sharing.yaml",
+    "local-iperf.yaml",
+    "slow-cpu.yaml",
+    "traced-link.yaml",
+)
 VM_EXAMPLES = ("churn.yaml", "demo.yaml", "dumbbell.yaml", "flaky.yaml", "geo.yaml", "three-tier.yaml")
 SUBNET = "10.87.0.0/24"
 

@@ -11,7 +11,7 @@ import re
 import statistics
 
 import pytest
-from examples_support import HOST_EXAMPLES, run_example
+from examples_support import HOST_EXAMPLES, TOPOLOGIES, run_example
 
 from collapsar.manager.measure.flows import limited_by
 
@@ -19,7 +19,14 @@ MBPS = 1_000_000
 
 
 def test_this_module_runs_the_host_examples():
-    assert {"cloud-egress.yaml", "local-iperf.yaml", "dumbbell-sharing.yaml", "traced-link.yaml"} == set(HOST_EXAMPLES)
+    assert set(HOST_EXAMPLES) == {
+        "background.yaml",
+        "cloud-egress.yaml",
+        "dumbbell-sharing.yaml",
+        "local-iperf.yaml",
+        "slow-cpu.yaml",
+        "traced-link.yaml",
+    }
 
 
 @pytest.mark.timing  # measured rates against configured ones
@@ -140,3 +147,48 @@ def test_cloud_egress_buckets_give_a_tail_and_credits_run_out(tmp_path):
     assert all(abs(batch[t] - 2 * MBPS) <= 0.05 * 2 * MBPS for t in (7, 8, 9, 10)), batch
     ran_out = min(t for t in batch if t > 2 and batch[t] < 6 * MBPS)  # the second they ran out in ends here
     assert ran_out == 6, batch
+
+
+def _sent_per_second(run, src: str, dst: str) -> dict[int, float]:
+    """What `src` sent to `dst` in each second of the run (RUNDIR/series/flows.csv, wire bits/s)."""
+    with (run.dir / "series" / "flows.csv").open() as handle:
+        return {
+            round(float(row["t_s"])): float(row["measured_bps"])
+            for row in csv.DictReader(handle)
+            if (row["src"], row["dst"]) == (src, dst)
+        }
+
+
+@pytest.mark.timing  # measured rates against the model's shares
+def test_background_leaves_the_upload_the_rest_draw_by_draw(tmp_path):
+    from collapsar.parser import parse_file
+    from collapsar.timeline import build_timeline
+
+    run = run_example("background.yaml", tmp_path, timeout_s=120)
+    assert run.code == 0, run.describe()
+    # The draws the run made, from the file's seed (the same on every host).
+    experiment = parse_file(TOPOLOGIES / "background.yaml")
+    state = build_timeline(experiment).steps[0].state
+    ((lid, link),) = [(lid, link) for lid, link in state.links.items() if link.props.extras.background]
+    seed = experiment.settings.seed
+    draws = [link.props.extras.background.rate_at(seed, lid, t * 2_000_000, 20 * MBPS) for t in range(4)]
+    sent = _sent_per_second(run, "uploader", "sink")
+    print("background draws (Mbit/s):", [round(d / MBPS, 2) for d in draws], "upload:", sent)
+    # The second ending at 2k + 2 lies in draw k; each is the rest of the 20
+    # Mbit/s (the first draw's seconds hold the upload's slow start).
+    for k, draw in enumerate(draws[1:], start=1):
+        assert abs(sent[2 * k + 2] - (20 * MBPS - draw)) <= 0.05 * (20 * MBPS - draw), (k, draw, sent)
+    # From 8 s the background wants 16, more than half: the upload gets the other half.
+    assert abs(statistics.median(sent[t] for t in range(10, 14)) - 10 * MBPS) <= 0.05 * 10 * MBPS, sent
+
+
+@pytest.mark.timing  # request latencies against CPU speed
+def test_slow_cpu_doubles_the_compute(tmp_path):
+    run = run_example("slow-cpu.yaml", tmp_path, "10s", timeout_s=120)
+    assert run.code == 0, run.describe()
+    fast, slow = run.summary("users-fast")["latency_us"], run.summary("users-slow")["latency_us"]
+    print(f"40 ms of compute: p50 {fast['p50'] / 1000:.2f} ms at full speed, {slow['p50'] / 1000:.2f} ms at half")
+    assert 39_000 <= fast["p50"] <= 46_000
+    # Measured 1.62-1.70 (a 40 ms burst starts with the period's quota in hand;
+    # long CPU-bound work gets 0.4994 of a CPU: tests/kernel/test_local_cpu_speed.py).
+    assert 1.45 <= slow["p50"] / fast["p50"] <= 2.3
