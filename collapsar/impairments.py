@@ -335,5 +335,5 @@ def as_json(extras: Extras) -> dict:
         "duplicate": extras.duplicate_ratio,
         "corrupt": extras.corrupt_ratio,
         "in_order": bool(extras.in_order),
-        "queue_packets": None if queue is None else queue.packets_at(0, FRAME_BYTES),
+        "queue_packets": None if queue is None else queue.packets,
     }

@@ -23,14 +23,13 @@ A tbf with a peak rate needs a peak bucket of at least a frame: PEAK_BURST
 
 from __future__ import annotations
 
-import math
 import struct
 from typing import NamedTuple
 
 from collapsar.egress import EgressBucket
 from collapsar.tcal.layout import classid, format_handle
 from collapsar.tcal.nlmsg import TCA_OPTIONS, attr, u64_attr
-from collapsar.tcal.plan import ETH_HEADER_BYTES, ETH_MIN_WIRE_BYTES, ETH_WIRE_OVERHEAD_BYTES, PSCHED_TICK_NS
+from collapsar.tcal.plan import PSCHED_TICK_NS, HtbCalculator
 
 BUCKET_MAJOR = 0xCB00  # the tbf's handle, cb00:; the htb tree hangs from cb00:1
 BUCKET_HANDLE = classid(BUCKET_MAJOR, 0)
@@ -54,9 +53,9 @@ class TbfParams(NamedTuple):
 
 
 def tbf_params(bucket: EgressBucket, *, wire_overhead: bool, mtu_bytes: int = 1500) -> TbfParams:
-    frame = mtu_bytes + ETH_HEADER_BYTES
-    share = frame / (frame + ETH_WIRE_OVERHEAD_BYTES) if wire_overhead else 1.0
-    mpu = math.ceil(ETH_MIN_WIRE_BYTES * share) if wire_overhead else 0
+    # The htb classes' constants, so the bucket's rate means what a link's does.
+    htb = HtbCalculator(wire_overhead=wire_overhead, mtu_bytes=mtu_bytes)
+    frame, share, mpu = htb.frame, htb.share, htb.mpu
     peak = 0 if bucket.peak_bps is None else round(bucket.peak_bps * share / 8)
     # Sizes count wire bytes as rates do: the kernel counts frames.
     burst = max(frame, round(bucket.burst_bytes * share))

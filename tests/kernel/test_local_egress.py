@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 
-from test_local_support import Cli
+from test_local_support import run_to_end
 
 GOODPUT_SHARE = 1448 / 1538  # TCP goodput of an Ethernet link at MTU 1500
 
@@ -39,12 +39,7 @@ def run(tmp_path, name: str, egress: str, seconds: int, both: bool) -> dict[str,
     second = f"iperf3 -c sink2 -t {seconds} &" if both else "iperf3 -c sink2 -t 1 >/dev/null;"
     (out / "e.yaml").write_text(TOPOLOGY.format(out=out, seconds=seconds, second=second, egress=egress))
     runs = str(out / "runs")
-    cli = Cli("run", str(out / "e.yaml"), "--subnet", "10.79.2.0/24", "--run-dir", runs, "--status-port", "-1")
-    try:
-        code, lines, stderr = cli.finish(90)
-    finally:
-        cli.kill()
-    assert code == 0, (lines, stderr)
+    run_to_end("run", str(out / "e.yaml"), "--subnet", "10.79.2.0/24", "--run-dir", runs, "--status-port", "-1")
     return {
         sink: [i["sum"]["bits_per_second"] for i in json.loads((out / f"{sink}.json").read_text())["intervals"]]
         for sink in ("sink1", "sink2")

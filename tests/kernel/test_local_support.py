@@ -92,6 +92,17 @@ class Cli:
             subprocess.run([*CLI, "cleanup", run_id_of(self.lines)], capture_output=True)
 
 
+def run_to_end(*args: str, timeout_s: float = 90.0) -> list[str]:
+    """`collapsar ARGS` to its end, which must be a success; its stdout lines."""
+    cli = Cli(*args)
+    try:
+        code, lines, stderr = cli.finish(timeout_s)
+    finally:
+        cli.kill()
+    assert code == 0, (lines, stderr)
+    return lines
+
+
 def run_id_of(lines: list[str]) -> str:
     """From the first progress line: `run 3fa2c1: N instances, ...`."""
     return next(line.split()[1].rstrip(":") for line in lines if line.startswith("run "))
