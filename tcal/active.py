@@ -37,7 +37,7 @@ from collapsar.tcal.contract import ShapingChange
 from collapsar.tcal.dest import Dest, unchecked
 from collapsar.tcal.layout import ROOT_MAJOR, U32Slot, classid, format_handle
 from collapsar.tcal.nlsock import KernelFailure
-from collapsar.tcal.plan import LeafParams, Shaping, check_unique, leaf_params
+from collapsar.tcal.plan import LeafParams, Shaping, changed_leaf, check_unique, leaf_params
 from collapsar.tcal.requests import BLACKHOLE
 from collapsar.tcal.tree import TcTree, duplicate_ratio, kernel_leaf
 
@@ -367,9 +367,7 @@ class ActiveTcTree(TcTree):
         if new.rate_bps != shared.record.rate_bps:
             reqs.append(self._requests.klass(shared.classid, self._htb(new.rate_bps), m.CHANGE, what, None))
         leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu)
-        if new.extras.queue is None and shared.record.extras.queue is None:
-            # The default sizing only grows; a queue the user sets is exact.
-            leaf = leaf._replace(limit_pkts=max(leaf.limit_pkts, shared.leaf.limit_pkts))
+        leaf = changed_leaf(leaf, new, shared.leaf, shared.record)
         if kernel_leaf(leaf) != kernel_leaf(shared.leaf):
             reqs.append(self._requests.leaf(shared.minor, leaf, True, m.CHANGE, None))
         del self._shared[shared.key]

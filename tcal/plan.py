@@ -307,6 +307,14 @@ def leaf_params(
     )
 
 
+def changed_leaf(leaf: LeafParams, new: Shaping, before: LeafParams, was: Shaping) -> LeafParams:
+    """`leaf` (for `new`) replacing `before` (for `was`): the default sizing
+    only grows (the sharing loop's rates come and go); a queue the user sets is exact."""
+    if new.extras.queue is None and was.extras.queue is None:
+        return leaf._replace(limit_pkts=max(leaf.limit_pkts, before.limit_pkts))
+    return leaf
+
+
 @dataclass(frozen=True)
 class DestPlan:
     shaping: Shaping

@@ -44,6 +44,7 @@ from collapsar.tcal.plan import (
     LeafParams,
     Shaping,
     TreePlan,
+    changed_leaf,
     check_rate,
     gso_max_segs,
     leaf_params,
@@ -248,9 +249,7 @@ class TcTree:
                 m.Request(m.RTM_NEWTCLASS, m.CHANGE, dest.template.body(self._htb(new.rate_bps)), dest.change_what, ip)
             )
         leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu, limit_rate_bps=dest.limit_rate(new))
-        if new.extras.queue is None and dest.shaping.extras.queue is None:
-            # The default sizing only grows; a queue the user sets is exact.
-            leaf = leaf._replace(limit_pkts=max(leaf.limit_pkts, dest.leaf.limit_pkts))
+        leaf = changed_leaf(leaf, new, dest.leaf, dest.shaping)
         if leaf != dest.leaf:
             if kernel_leaf(leaf) != kernel_leaf(dest.leaf):
                 send_table = bool(leaf.jitter_us) and leaf.distribution != dest.table_sent
