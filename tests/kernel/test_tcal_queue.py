@@ -30,18 +30,30 @@ def leaf_limit(ns: str, dev: str, kind: str = "pfifo") -> list[int]:
     return sorted(q["options"]["limit"] for q in tc_json(ns, "qdisc", "show", "dev", dev) if q["kind"] == kind)
 
 
-def rtt_under_flood_ms(pair, ip: str) -> list[float]:
+def leaf_qlen(ns: str, dev: str, limit: int) -> int:
+    """Packets now waiting in the pfifo leaf of this limit (tc -s)."""
+    for q in tc_json(ns, "-s", "qdisc", "show", "dev", dev):
+        if q["kind"] == "pfifo" and q["options"]["limit"] == limit:
+            return int(q.get("qlen", 0))
+    raise AssertionError(f"no pfifo leaf of limit {limit} on {dev}")
+
+
+def rtt_under_flood_ms(pair, ip: str, packets: int) -> list[float]:
+    """Pings sent while a flood keeps the leaf full: the flood runs longer
+    than the pings and is stopped after them (a flood timed to outlast them
+    ended early on a loaded CI host, and half the pings met an empty queue),
+    and the first ping leaves once the leaf is seen full."""
     server = subprocess.Popen(
         ["ip", "netns", "exec", pair.dst_ns, "iperf3", "-s", "-1", "-B", ip, "-p", "5302"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    flood = None
     try:
-        flood = None
         for _ in range(50):  # until the server listens
             flood = subprocess.Popen(
                 ["ip", "netns", "exec", pair.src_ns, "iperf3", "-c", ip, "-p", "5302", "-u", "-b", "30M", "-P", "2"]
-                + ["-l", "1472", "-t", "6", "-w", "4M"],
+                + ["-l", "1472", "-t", "60", "-w", "4M"],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -52,10 +64,15 @@ def rtt_under_flood_ms(pair, ip: str) -> list[float]:
                 break
             subprocess.run(["sleep", "0.1"], check=True)
         assert flood is not None and flood.poll() is None, "the flood did not start"
-        subprocess.run(["sleep", "1.5"], check=True)  # the queue fills
+        full = False
+        for _ in range(100):  # the queue fills
+            if leaf_qlen(pair.src_ns, pair.src_if, packets) >= packets - 2:
+                full = True
+                break
+            subprocess.run(["sleep", "0.05"], check=True)
+        assert full, f"the flood did not fill the {packets}-packet leaf in 5 s"
         out = run("ping", "-n", "-c", "120", "-i", "0.025", "-W", "2", ip, ns=pair.src_ns, check=False, timeout=30)
-        report, _ = flood.communicate(timeout=30)
-        assert flood.returncode == 0, f"the flood failed: {report}"
+        assert flood.poll() is None, f"the flood ended before the pings did: {flood.communicate()[0]}"
     finally:
         for proc in (server, flood):
             if proc is not None and proc.poll() is None:
@@ -77,7 +94,7 @@ def test_a_full_queue_delays_by_its_size(tree_factory, queue, packets):
     given = Queue(packets=queue.packets_at(RATE_BPS, 1514))
     tree.setup([Shaping(ip, rate_bps=RATE_BPS, extras=Extras(queue=given))])
     assert leaf_limit(pair.src_ns, pair.src_if) == [0, packets]  # the blackhole's pfifo, then ours
-    rtts = sorted(rtt_under_flood_ms(pair, ip))
+    rtts = sorted(rtt_under_flood_ms(pair, ip, packets))
     expected = packets * FRAME_MS
     p50, p90 = statistics.median(rtts), rtts[int(0.9 * (len(rtts) - 1))]
     print(
