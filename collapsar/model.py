@@ -27,6 +27,7 @@ from typing import Any, Literal, get_args
 from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError, Where
 from collapsar.impairments import EXTRA_FIELDS, NO_EXTRAS, Extras
+from collapsar.trafficclasses import TrafficClasses
 
 # The shapes netem's jitter can take (collapsar.tcal.dist makes each one's table).
 JitterDistribution = Literal["normal", "pareto", "paretonormal", "uniform"]
@@ -76,6 +77,7 @@ class Service:
     cpu_speed: float | None = None  # each core this times as fast as the host's (collapsar.cpuspeed)
     memory_bytes: int | None = None
     egress: EgressBucket | None = None  # a token bucket over each instance's egress (collapsar.egress)
+    traffic_classes: TrafficClasses | None = None  # priority classes of its traffic (collapsar.trafficclasses)
     where: Where | None = None
     # Not compared: a command compiled from `workload:` is the same service
     # as one that writes that argv under `command:`.

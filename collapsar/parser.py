@@ -32,6 +32,7 @@ from collapsar.model import (
     instance_name,
     instance_parts,
 )
+from collapsar.parse_classes import read_traffic_classes
 from collapsar.parse_common import Elements, Report, read_input
 from collapsar.parse_egress import read_egress
 from collapsar.parse_events import parse_events
@@ -56,6 +57,7 @@ SERVICE_KEYS = (
     "cpu-speed",
     "memory",
     "egress",
+    "traffic-classes",
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -249,6 +251,8 @@ def _service(report: Report, name: str, body: Node, label: str, line: int) -> Se
         values["cpu_speed"] = _cpu_speed(report, fields["cpu-speed"], values, label)
     if "egress" in fields:
         values["egress"] = read_egress(report, fields["egress"], f"{label}: egress")
+    if "traffic-classes" in fields:
+        values["traffic_classes"] = read_traffic_classes(report, fields["traffic-classes"], f"{label}: traffic-classes")
     if not (fields.get("command") or fields.get("workload") or fields.get("image")):
         report.add(line, f"{label}: needs a command (or an image for the Docker modes)")
     kept = {key: value for key, value in values.items() if value is not None}

@@ -33,6 +33,7 @@ from collapsar.model import (
 )
 from collapsar.parse_link_props import EXTRA_FIELD_OF_KEY, FIELD_OF_KEY
 from collapsar.resources import format_cpu_list
+from collapsar.trafficclasses import TrafficClass
 from collapsar.units import format_duration_us, format_rate_bps
 
 _PLAIN = re.compile(r"^(?:[A-Za-z0-9_./]|-(?=[A-Za-z0-9]))[A-Za-z0-9_./@+=-]*$")
@@ -129,7 +130,22 @@ def _service(service: Service) -> list[str]:
         lines.append(f"    memory: {_size(service.memory_bytes)}")
     if service.egress is not None:
         lines.append(f"    egress: {_egress(service.egress)}")
+    if service.traffic_classes is not None:
+        lines.append("    traffic-classes:")
+        lines.extend(f"      - {_traffic_class(c)}" for c in service.traffic_classes.classes)
     return lines
+
+
+def _traffic_class(klass: TrafficClass) -> str:
+    items = {"name": quote(klass.name), "priority": str(klass.priority), "weight": str(klass.weight)}
+    if not klass.matches:
+        return _flow(items)
+    fields = ("dscp", "protocol", "src_port", "dst_port")
+    entries = [
+        _flow({f.replace("_", "-"): str(getattr(m, f)) for f in fields if getattr(m, f) is not None})
+        for m in klass.matches
+    ]
+    return _flow(items)[:-1] + f", match: [{', '.join(entries)}]}}"
 
 
 def _egress(bucket: EgressBucket) -> str:

@@ -18,6 +18,7 @@ and what the tree holds is always `effective(path, override)`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import cast
@@ -25,9 +26,12 @@ from typing import cast
 from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError
 from collapsar.impairments import with_loss
+from collapsar.manager.measure.bucket import BucketGauge
 from collapsar.model import LinkProps, Path, shaping_values
+from collapsar.tcal.bucket import tbf_params
 from collapsar.tcal.contract import ShapingChange, ShapingTree, TreeFactory
 from collapsar.tcal.plan import Shaping
+from collapsar.trafficclasses import TrafficClasses
 
 
 def needs_netem(paths: Iterable[Path | None]) -> bool:
@@ -86,9 +90,12 @@ class EmulationCore:
         netem: bool,
         wire_overhead: bool,
         egress: EgressBucket | None = None,
+        classes: TrafficClasses | None = None,
     ):
         self.instance = instance
         self.egress = egress  # its token bucket over all it sends (collapsar.egress)
+        self.classes = classes  # its traffic classes (collapsar.trafficclasses)
+        self.bucket_gauge: BucketGauge | None = None  # the bucket's level, from its first sample
         self.ifname, self.netns = ifname, netns
         self.ip_of = ip_of
         self.netem, self.wire_overhead = netem, wire_overhead
@@ -133,12 +140,20 @@ class EmulationCore:
         the placeholders are cut after.  `groups`: dst -> its changes over
         the run (play.player.lineages), the hint ShapingTree.setup takes."""
         plan = self.plan(paths)
-        bucket = {} if self.egress is None else {"bucket": self.egress}
         self._tree = self._tree_factory(
-            self.ifname, netns=self.netns, wire_overhead=self.wire_overhead, netem=self.netem, **bucket
+            self.ifname,
+            netns=self.netns,
+            wire_overhead=self.wire_overhead,
+            netem=self.netem,
+            bucket=self.egress,
+            classes=self.classes,
         )
         ip_groups = None if groups is None else {self.ip_of[dst]: key for dst, key in groups.items()}
         self._tree.setup(plan.shapings, ip_groups)
+        sent = self._tree.bucket_sent_bytes()
+        if self.egress is not None and sent is not None:  # full from now on, as the kernel made it
+            params = tbf_params(self.egress, wire_overhead=self.wire_overhead)
+            self.bucket_gauge = BucketGauge(self.egress, params, time.monotonic(), sent)
         self.shaped = {dst: path for dst, path in paths.items() if dst != self.instance}
         self._in_tree = {dst: self._effective(dst, path) for dst, path in self.shaped.items() if path is not None}
         self._cut(list(plan.cut), whole=plan.whole_cut)
@@ -319,6 +334,14 @@ class EmulationCore:
     def configured(self) -> dict[str, Path | None]:
         """dst instance -> the path in force (None: cut)."""
         return {d: (None if d in self.cut else p) for d, p in self.shaped.items()}
+
+    def sample_bucket(self) -> None:
+        """Follow the egress bucket's level (measure/bucket.py): once a second (run/skeleton.py)."""
+        if self.bucket_gauge is None or self.bucket_gauge.stale:
+            return
+        sent = self.tree.bucket_sent_bytes()
+        if sent is not None:
+            self.bucket_gauge.sample(sent, time.monotonic())
 
     def teardown(self) -> None:
         if self._tree is not None:

@@ -38,6 +38,7 @@ def core_plans(timeline, network: NetworkPlan, netem: bool, wire_overhead: bool)
 def describe_run(experiment: Experiment, timeline, subnet: str) -> list[str]:
     from collapsar.tcal.bucket import describe as describe_bucket
     from collapsar.tcal.bucket import tbf_params
+    from collapsar.tcal.classes import ClassLayout
     from collapsar.tcal.plan import plan_tree
 
     instances = all_instances(timeline)
@@ -67,12 +68,17 @@ def describe_run(experiment: Experiment, timeline, subnet: str) -> list[str]:
         if limits:
             lines.append(f"  limits, in its own control groups (local/limits.py): {limits}")
         setup = plans[net.instance]
-        egress = experiment.service(service_of(experiment, net.instance)).egress
-        if egress is not None:
-            lines.append(f"  egress {egress.describe()}")
-            lines.append(f"  {describe_bucket(tbf_params(egress, wire_overhead=wire_overhead))}")
-        tree = plan_tree(setup.shapings, wire_overhead=wire_overhead, netem=netem)
-        lines += [f"  {line}" for line in tree.describe()]
+        service = experiment.service(service_of(experiment, net.instance))
+        if service.egress is not None:
+            lines.append(f"  egress {service.egress.describe()}")
+            lines.append(f"  {describe_bucket(tbf_params(service.egress, wire_overhead=wire_overhead))}")
+        if service.traffic_classes is None:
+            tree = plan_tree(setup.shapings, wire_overhead=wire_overhead, netem=netem)
+            lines += [f"  {line}" for line in tree.describe()]
+        else:
+            classes = ClassLayout(service.traffic_classes, wire_overhead=wire_overhead)
+            tree = plan_tree(setup.shapings, wire_overhead=wire_overhead, netem=netem, last_minor=classes.last_parent)
+            lines += [f"  {line}" for line in tree.describe(classes.describe())]
         if setup.whole_cut:
             lines.append(f"  cut at t=0, every path (u32 node 800::1 -> blackhole): {', '.join(setup.cut)}")
         elif setup.cut:

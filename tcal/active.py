@@ -369,7 +369,7 @@ class ActiveTcTree(TcTree):
         leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu)
         leaf = changed_leaf(leaf, new, shared.leaf, shared.record)
         if kernel_leaf(leaf) != kernel_leaf(shared.leaf):
-            reqs.append(self._requests.leaf(shared.minor, leaf, True, m.CHANGE, None))
+            reqs += self._requests.leaves(shared.minor, leaf, True, m.CHANGE, None)
         del self._shared[shared.key]
         shared.key, shared.record, shared.leaf = key, new, leaf
         self._shared[key] = shared
@@ -383,9 +383,7 @@ class ActiveTcTree(TcTree):
             minor = self._minors.take()
             leaf = leaf_params(shaping, netem=self.netem, mtu_bytes=self._mtu)
             shared = self._shared[key] = Shared(key, shaping, minor, leaf)
-            what = f"create shared class {format_handle(shared.classid)}"
-            reqs.append(self._requests.klass(shared.classid, self._htb(shaping.rate_bps), m.CREATE, what, None))
-            reqs.append(self._requests.leaf(minor, leaf, True, m.CREATE, None))
+            reqs += self._requests.shaped_class(minor, self._htb(shaping.rate_bps), leaf, "create shared class", None)
             made.append(shared)
         return shared
 
@@ -395,7 +393,7 @@ class ActiveTcTree(TcTree):
         emptied = [s for s in candidates if not s.members]
         for s in emptied:
             del self._shared[s.key]
-            reqs.append(self._requests.delete_shared(s.classid))
+            reqs += self._requests.delete_shared(s.classid)
         return emptied
 
     def _free(self, emptied: list[Shared]) -> None:

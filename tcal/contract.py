@@ -16,6 +16,7 @@ from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError
 from collapsar.model import SHAPING_FIELDS, LinkProps
 from collapsar.tcal.plan import Shaping
+from collapsar.trafficclasses import TrafficClasses
 
 ALL_FIELDS = frozenset(SHAPING_FIELDS)
 RATE_ONLY = frozenset({"rate_bps"})
@@ -126,6 +127,10 @@ class ShapingTree(Protocol):
         """Delete the destination's class; its packets are dropped from then on."""
         ...
 
+    def bucket_sent_bytes(self) -> int | None:
+        """What the egress token bucket has let through (frame bytes); None without one."""
+        ...
+
     def teardown(self) -> None:
         """Remove everything the tree made; a second call does nothing."""
         ...
@@ -135,5 +140,12 @@ class TreeFactory(Protocol):
     """How the emulation core gets its tree (TcTree's constructor, or a fake's)."""
 
     def __call__(
-        self, ifname: str, *, netns: str | None, wire_overhead: bool, netem: bool, bucket: EgressBucket | None = None
+        self,
+        ifname: str,
+        *,
+        netns: str | None,
+        wire_overhead: bool,
+        netem: bool,
+        bucket: EgressBucket | None = None,
+        classes: TrafficClasses | None = None,
     ) -> ShapingTree: ...

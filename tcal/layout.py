@@ -103,10 +103,13 @@ class MinorAllocator:
     Freed minors wait in a heap; above them, `_next` is the lowest never
     handed out.  Both make `take` O(log n) instead of a scan from the bottom."""
 
-    def __init__(self) -> None:
+    def __init__(self, last: int = LAST_DEST_MINOR) -> None:
+        """`last`: the highest minor to hand out (traffic classes keep the
+        minors above for their child classes: collapsar.tcal.classes)."""
         self.used: set[int] = set()
         self._freed: list[int] = []
         self._next = FIRST_DEST_MINOR
+        self.last = last
 
     def claim(self, minor: int) -> None:
         """Mark a minor chosen elsewhere (a plan's) as used."""
@@ -121,8 +124,8 @@ class MinorAllocator:
             minor = heapq.heappop(self._freed)
             self.used.add(minor)
             return minor
-        if self._next > LAST_DEST_MINOR:
-            raise CollapsarError(f"more than {LAST_DEST_MINOR - FIRST_DEST_MINOR + 1} destinations on one interface")
+        if self._next > self.last:
+            raise CollapsarError(f"more than {self.last - FIRST_DEST_MINOR + 1} destinations on one interface")
         self.used.add(self._next)
         return self._next
 

@@ -43,6 +43,7 @@ CHANGE = 0  # in place: no CREATE, no EXCL, no REPLACE
 
 TC_H_ROOT = 0xFFFFFFFF
 TCA_KIND, TCA_OPTIONS = 1, 2
+TCA_STATS2, TCA_STATS_BASIC = 7, 1  # a qdisc's counters: struct gnet_stats_basic (u64 bytes, u32 packets)
 TCA_HTB_PARMS, TCA_HTB_INIT, TCA_HTB_RATE64, TCA_HTB_CEIL64 = 1, 2, 6, 7
 HTB_VERSION = 3
 HTB_RATE2QUANTUM = 10
@@ -131,14 +132,26 @@ def htb_class_options(p: HtbParams) -> bytes:
             0,
             p.prio,
         )
-    spec = (0, TC_LINKLAYER_ETHERNET, p.overhead_bytes, 0, p.mpu_bytes, U32_MAX)
-    parms = _HTB_OPT.pack(*spec, *spec, p.buffer_ticks, p.buffer_ticks, p.quantum_bytes, 0, p.prio)
-    return attr(
-        TCA_OPTIONS,
-        attr(TCA_HTB_PARMS, parms)
-        + u64_attr(TCA_HTB_RATE64, p.rate_bytes_ps)
-        + u64_attr(TCA_HTB_CEIL64, p.rate_bytes_ps),
+    return htb_rate_ceil_options(p, p)
+
+
+def htb_rate_ceil_options(rate: HtbParams, ceil: HtbParams) -> bytes:
+    """A class whose rate and ceil differ (a traffic class under its
+    destination's class: collapsar.tcal.classes); quantum and prio are the
+    rate's.  Either above 2^32 - 1 bytes/s goes in its 64-bit attribute."""
+
+    def spec(p: HtbParams) -> tuple[int, ...]:
+        return (0, TC_LINKLAYER_ETHERNET, p.overhead_bytes, 0, p.mpu_bytes, min(p.rate_bytes_ps, U32_MAX))
+
+    parms = _HTB_OPT.pack(
+        *spec(rate), *spec(ceil), rate.buffer_ticks, ceil.buffer_ticks, rate.quantum_bytes, 0, rate.prio
     )
+    attrs = attr(TCA_HTB_PARMS, parms)
+    if rate.rate_bytes_ps > U32_MAX:
+        attrs += u64_attr(TCA_HTB_RATE64, rate.rate_bytes_ps)
+    if ceil.rate_bytes_ps > U32_MAX:
+        attrs += u64_attr(TCA_HTB_CEIL64, ceil.rate_bytes_ps)
+    return attr(TCA_OPTIONS, attrs)
 
 
 class ClassTemplate:
@@ -257,6 +270,20 @@ def u32_delete(ifindex: int, parent: int, handle: int) -> bytes:
     return _filter_head(ifindex, handle, parent)
 
 
+def u32_rule(ifindex: int, parent: int, handle: int, keys: list[tuple[int, int, int]], target_classid: int) -> bytes:
+    """A node in the root table of `parent`'s filters: every key (mask,
+    value, offset in the IPv4 header) fits -> class."""
+    opts = u32_attr(TCA_U32_CLASSID, target_classid)
+    opts += attr(TCA_U32_SEL, _selector(keys, flags=TC_U32_TERMINAL))
+    return _filter_head(ifindex, handle, parent) + attr(TCA_OPTIONS, opts)
+
+
+def filters_flush(ifindex: int, parent: int) -> bytes:
+    """Every filter attached to `parent` (a class), deleted: priority,
+    protocol, handle and kind all unset."""
+    return tcmsg(ifindex, 0, parent)
+
+
 # --- parsing (error replies, tests) -----------------------------------------
 
 
@@ -269,6 +296,12 @@ def parse_attrs(data: bytes, offset: int = 0) -> dict[int, bytes]:
         out[attr_type & 0x3FFF] = data[offset + _ATTR.size : offset + length]
         offset += (length + 3) & ~3
     return out
+
+
+def sent_bytes(body: bytes) -> int:
+    """The bytes a qdisc has sent, from an RTM_NEWQDISC reply body."""
+    basic = parse_attrs(parse_tcmsg(body)[3][TCA_STATS2])[TCA_STATS_BASIC]
+    return struct.unpack_from("=Q", basic)[0]
 
 
 def parse_tcmsg(body: bytes) -> tuple[int, int, int, dict[int, bytes]]:

@@ -40,6 +40,7 @@ SOL_NETLINK = 270
 NETLINK_CAP_ACK, NETLINK_EXT_ACK = 10, 11
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33
 NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_DUMP = 0x300  # NLM_F_ROOT | NLM_F_MATCH
 NLM_F_ACK_TLVS = 0x200
 NLMSGERR_ATTR_MSG = 1
 SIOCGIFMTU = 0x8921
@@ -187,6 +188,31 @@ class RouteSocket:
                     failure = KernelFailure(Request(msg_type, 0, body, what), error, _ext_ack_message(flags, payload))
                     raise KernelError(str(failure))
                 return payload
+
+    def dump(self, msg_type: int, body: bytes, what: str) -> list[bytes]:
+        """A GET with NLM_F_DUMP: every reply's body, until NLMSG_DONE.  (A
+        qdisc GET without DUMP answers nothing on recent kernels.)"""
+        self.seq = (self.seq + 1) & 0xFFFFFFFF or 1
+        flags = NLM_F_REQUEST | NLM_F_DUMP
+        self.sock.sendall(_HDR.pack(_HDR.size + len(body), msg_type, flags, self.seq, 0) + body)
+        bodies: list[bytes] = []
+        while True:
+            try:
+                data = self.sock.recv(1 << 20)
+            except OSError as exc:
+                raise KernelError(f"netlink: no answer to {what}: {exc}") from None
+            for reply_type, reply_flags, seq, payload in _messages(data):
+                if seq != self.seq:
+                    continue
+                if reply_type == NLMSG_DONE:
+                    return bodies
+                if reply_type == NLMSG_ERROR:
+                    error = -struct.unpack_from("=i", payload)[0]
+                    failure = KernelFailure(
+                        Request(msg_type, 0, body, what), error, _ext_ack_message(reply_flags, payload)
+                    )
+                    raise KernelError(str(failure))
+                bodies.append(payload)
 
 
 def batches(requests: list[Request]) -> Iterator[tuple[int, int]]:

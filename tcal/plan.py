@@ -78,7 +78,15 @@ from typing import NamedTuple
 from collapsar.errors import CollapsarError
 from collapsar.impairments import NO_EXTRAS, Extras, LossModel, Queue
 from collapsar.model import DISTRIBUTIONS, SHAPING_FIELDS, JitterDistribution, LinkProps, ShapingRules
-from collapsar.tcal.layout import ROOT_MAJOR, MinorAllocator, U32Layout, U32Slot, classid, format_handle
+from collapsar.tcal.layout import (
+    LAST_DEST_MINOR,
+    ROOT_MAJOR,
+    MinorAllocator,
+    U32Layout,
+    U32Slot,
+    classid,
+    format_handle,
+)
 from collapsar.units import format_duration_us, format_rate_bps
 
 ETH_HEADER_BYTES = 14
@@ -341,8 +349,11 @@ class TreePlan:
     blackhole_leaf: LeafParams
     htb: HtbCalculator  # this interface's: the tree computes every later class with it
     dests: list[DestPlan] = field(default_factory=list)
+    last_minor: int = LAST_DEST_MINOR  # the highest a shaped class takes (traffic classes keep the rest)
 
-    def describe(self) -> list[str]:
+    def describe(self, classes: Sequence[str] = ()) -> list[str]:
+        """`classes`: the traffic classes' lines (collapsar.tcal.classes), if
+        the tree has them: every shaped class then has a leaf per class."""
         lines = [
             f"qdisc 1: root htb default 1:1 (wire overhead {'on' if self.wire_overhead else 'off'}, "
             f"mtu {self.mtu_bytes})",
@@ -350,12 +361,17 @@ class TreePlan:
             f"class 1:2 blackhole: leaf 2: {describe_leaf(self.blackhole_leaf)} (cut and removed paths)",
             "filter u32 ht 800: match all, hash dst octet 3 -> ht 1: (256 buckets)",
         ]
+        lines += classes
         for d in self.dests:
             s = d.slot
             lines.append(
                 f"class {format_handle(d.classid)} -> {d.shaping.dst_ip}: "
                 f"{describe_htb(d.htb, d.shaping.rate_bps)}; "
-                f"leaf {d.minor:x}: {describe_leaf(d.leaf)}"
+                + (
+                    f"leaf {d.minor:x}: {describe_leaf(d.leaf)}"
+                    if not classes
+                    else f"a leaf per traffic class: {describe_leaf(d.leaf)}"
+                )
             )
             lines.append(
                 f"  filter u32 ht 1: bucket {s.level1_bucket} -> ht {s.level2_htid:x}: "
@@ -414,8 +430,15 @@ def check_unique(shapings: Sequence[Shaping]) -> None:
 
 
 def plan_tree(
-    shapings: Sequence[Shaping], *, wire_overhead: bool = True, netem: bool = True, mtu_bytes: int = 1500
+    shapings: Sequence[Shaping],
+    *,
+    wire_overhead: bool = True,
+    netem: bool = True,
+    mtu_bytes: int = 1500,
+    last_minor: int = LAST_DEST_MINOR,
 ) -> TreePlan:
+    """`last_minor`: the highest minor a destination's class may take
+    (traffic classes, collapsar.tcal.classes, keep the minors above it)."""
     check_unique(shapings)
     htb = HtbCalculator(wire_overhead=wire_overhead, mtu_bytes=mtu_bytes)
     plan = TreePlan(
@@ -426,7 +449,8 @@ def plan_tree(
         blackhole_leaf=blackhole_leaf(netem),
         htb=htb,
     )
-    layout, minors = U32Layout(), MinorAllocator()
+    plan.last_minor = last_minor
+    layout, minors = U32Layout(), MinorAllocator(last_minor)
     for s in shapings:
         plan.dests.append(
             DestPlan(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collapsar.tcal import nlmsg as m
 from collapsar.tcal.bucket import BUCKET_HANDLE, TREE_PARENT, TbfParams, tbf_options
+from collapsar.tcal.classes import ClassLayout
 from collapsar.tcal.dest import Dest
 from collapsar.tcal.layout import (
     BLACKHOLE_MINOR,
@@ -35,9 +36,12 @@ class TreeRequests:
     """`bucket`: the instance's egress token bucket (collapsar.tcal.bucket),
     a tbf at the root with the htb tree as its child; None: the htb is the root."""
 
-    def __init__(self, ifindex: int, bucket: TbfParams | None = None):
+    def __init__(self, ifindex: int, bucket: TbfParams | None = None, classes: ClassLayout | None = None):
+        """`classes`: the instance's traffic classes (collapsar.tcal.classes):
+        each shaped class then has a child per traffic class instead of a leaf."""
         self.ifindex = ifindex
         self.bucket = bucket
+        self.classes = classes
 
     def roots(self) -> list[m.Request]:
         """The root qdisc: the htb 1:, under the bucket's tbf if there is one."""
@@ -107,8 +111,24 @@ class TreeRequests:
     def class_and_leaf(self, dest: Dest, htb: HtbParams) -> list[m.Request]:
         """The destination's own class and its leaf, made."""
         ip = dest.shaping.dst_ip
-        what = f"destination {ip}: create class {format_handle(dest.classid)}"
-        return [self.klass(dest.classid, htb, m.CREATE, what, ip), self.leaf(dest.minor, dest.leaf, True, m.CREATE, ip)]
+        return self.shaped_class(dest.minor, htb, dest.leaf, f"destination {ip}: create class", ip)
+
+    def shaped_class(self, minor: int, htb: HtbParams, leaf: LeafParams, what: str, key: str | None) -> list[m.Request]:
+        """A class 1:minor with its leaf, or with traffic classes its
+        children, their leaves and the nodes that classify into them."""
+        cid = classid(ROOT_MAJOR, minor)
+        reqs = [self.klass(cid, htb, m.CREATE, f"{what} {format_handle(cid)}", key)]
+        if self.classes is None:
+            return reqs + [self.leaf(minor, leaf, True, m.CREATE, key)]
+        children, nodes = self.classes.create(self.ifindex, minor, key)
+        return reqs + children + self.leaves(minor, leaf, True, m.CREATE, key) + nodes
+
+    def leaves(self, minor: int, leaf: LeafParams, with_table: bool, flags: int, key: str | None) -> list[m.Request]:
+        """The leaves of class 1:minor made or changed: its own, or its
+        traffic classes' (one each, alike)."""
+        if self.classes is None:
+            return [self.leaf(minor, leaf, with_table, flags, key)]
+        return [self.leaf(child, leaf, with_table, flags, key) for child in self.classes.child_minors(minor)]
 
     def filter_node(self, slot: U32Slot, ip: str, target: int, new_table: bool) -> list[m.Request]:
         """A destination's u32 node, pointed at `target`; `new_table`: its
@@ -148,21 +168,19 @@ class TreeRequests:
             )
         return reqs
 
-    def delete_shared(self, cid: int) -> m.Request:
+    def delete_shared(self, cid: int) -> list[m.Request]:
         """A shared class (collapsar.tcal.active) none of whose destinations is left."""
-        return m.Request(
-            m.RTM_DELTCLASS, 0, m.tcmsg(self.ifindex, cid, ROOT), f"delete shared class {format_handle(cid)}", None
-        )
+        return self._delete(cid, f"delete shared class {format_handle(cid)}", None)
 
-    def delete_class(self, dest: Dest) -> m.Request:
+    def delete_class(self, dest: Dest) -> list[m.Request]:
         ip = dest.shaping.dst_ip
-        return m.Request(
-            m.RTM_DELTCLASS,
-            0,
-            m.tcmsg(self.ifindex, dest.classid, ROOT),
-            f"destination {ip}: delete class {format_handle(dest.classid)}",
-            ip,
-        )
+        return self._delete(dest.classid, f"destination {ip}: delete class {format_handle(dest.classid)}", ip)
+
+    def _delete(self, cid: int, what: str, key: str | None) -> list[m.Request]:
+        """A class and what hangs from it: htb refuses to delete a class with
+        children, or one a filter points at."""
+        first = [] if self.classes is None else self.classes.delete(self.ifindex, cid & 0xFFFF, key)
+        return first + [m.Request(m.RTM_DELTCLASS, 0, m.tcmsg(self.ifindex, cid, ROOT), what, key)]
 
     def klass(self, cid: int, htb: HtbParams, flags: int, what: str, key: str | None) -> m.Request:
         """An htb class made (flags m.CREATE) or changed (m.CHANGE)."""

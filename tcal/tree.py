@@ -31,12 +31,21 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError, KernelError
 from collapsar.tcal import nlmsg as m
-from collapsar.tcal.bucket import tbf_params
+from collapsar.tcal.bucket import BUCKET_HANDLE, BUCKET_MAJOR, tbf_params
 from collapsar.tcal.check import netem_missing
+from collapsar.tcal.classes import ClassLayout
 from collapsar.tcal.contract import ShapingChange
 from collapsar.tcal.dest import Dest, Saved, put_back_all, saved, unchecked
 from collapsar.tcal.duplicate import Duplicator
-from collapsar.tcal.layout import ROOT_MAJOR, MinorAllocator, U32Layout, U32Slot, classid, format_handle
+from collapsar.tcal.layout import (
+    LAST_DEST_MINOR,
+    ROOT_MAJOR,
+    MinorAllocator,
+    U32Layout,
+    U32Slot,
+    classid,
+    format_handle,
+)
 from collapsar.tcal.link import GsoLimit
 from collapsar.tcal.nlsock import KernelFailure, RouteSocket, interface_index, interface_mtu
 from collapsar.tcal.plan import (
@@ -51,6 +60,7 @@ from collapsar.tcal.plan import (
     plan_tree,
 )
 from collapsar.tcal.requests import BLACKHOLE, ROOT, TreeRequests
+from collapsar.trafficclasses import TrafficClasses
 
 
 class TcTree:
@@ -64,13 +74,18 @@ class TcTree:
         wire_overhead: bool = True,
         netem: bool = True,
         bucket: EgressBucket | None = None,
+        classes: TrafficClasses | None = None,
     ):
         """`bucket`: the instance's egress token bucket, a tbf above the tree
-        (collapsar.tcal.bucket); None: the tree's htb is the root."""
+        (collapsar.tcal.bucket); None: the tree's htb is the root.
+        `classes`: its traffic classes, a child class per class under every
+        shaped class (collapsar.tcal.classes); None: one leaf per class."""
         self.ifname, self.netns = ifname, netns
         self.wire_overhead, self.netem = wire_overhead, netem
         self.bucket = bucket
+        self.classes = classes
         self._sock: RouteSocket | None = None
+        self._stats_sock: RouteSocket | None = None  # bucket_sent_bytes's
         self._requests = TreeRequests(0)  # for the interface's index, known at setup
         self._mtu = 1500
         self._htb = HtbCalculator(wire_overhead=wire_overhead, mtu_bytes=self._mtu)
@@ -123,12 +138,22 @@ class TcTree:
         if self._root_made:
             raise CollapsarError(f"{self._where()}: setup called twice (teardown first)")
         self._mtu = interface_mtu(self.netns, self.ifname)
-        plan = plan_tree(shapings, wire_overhead=self.wire_overhead, netem=self.netem, mtu_bytes=self._mtu)
+        layout = None
+        if self.classes is not None:
+            layout = ClassLayout(self.classes, wire_overhead=self.wire_overhead, mtu_bytes=self._mtu)
+        plan = plan_tree(
+            shapings,
+            wire_overhead=self.wire_overhead,
+            netem=self.netem,
+            mtu_bytes=self._mtu,
+            last_minor=LAST_DEST_MINOR if layout is None else layout.last_parent,
+        )
         self._htb = plan.htb
         bucket = None
         if self.bucket is not None:
             bucket = tbf_params(self.bucket, wire_overhead=self.wire_overhead, mtu_bytes=self._mtu)
-        self._requests = requests = TreeRequests(interface_index(self.netns, self.ifname), bucket)
+        self._minors = MinorAllocator(plan.last_minor)
+        self._requests = requests = TreeRequests(interface_index(self.netns, self.ifname), bucket, layout)
         self._sock = RouteSocket(self.netns)
         failures = self._socket.execute(requests.roots())
         if failures:
@@ -253,7 +278,7 @@ class TcTree:
         if leaf != dest.leaf:
             if kernel_leaf(leaf) != kernel_leaf(dest.leaf):
                 send_table = bool(leaf.jitter_us) and leaf.distribution != dest.table_sent
-                reqs.append(self._requests.leaf(dest.minor, leaf, send_table, m.CHANGE, ip))
+                reqs += self._requests.leaves(dest.minor, leaf, send_table, m.CHANGE, ip)
                 dest.sized_for_bps = dest.limit_rate(new)
                 if send_table:
                     dest.table_sent = leaf.distribution
@@ -298,7 +323,7 @@ class TcTree:
         dest = self._dest(dst_ip)
         reqs = [
             self._requests.filter(dest.slot, dst_ip, BLACKHOLE, f"destination {dst_ip}: point filter at blackhole"),
-            self._requests.delete_class(dest),
+            *self._requests.delete_class(dest),
         ]
         del self._dests[dst_ip]
         self._removed[dst_ip] = dest.slot
@@ -342,9 +367,29 @@ class TcTree:
 
         self._socket.submit([self._requests.cut_all() if cut else self._requests.restore_all()], then)
 
+    def bucket_sent_bytes(self) -> int | None:
+        """What the egress token bucket has let through so far, in the
+        kernel's frame bytes (its tbf's counter); None without a bucket.
+        Read on a socket of its own: the tree's may be mid-batch in another
+        thread (the sharing loop, a prepared step)."""
+        if self.bucket is None or not self._root_made:
+            return None
+        if self._stats_sock is None:
+            self._stats_sock = RouteSocket(self.netns)
+        ifindex = self._requests.ifindex
+        what = f"{self._where()}: read the egress bucket"
+        for body in self._stats_sock.dump(m.RTM_GETQDISC, m.tcmsg(ifindex, 0, 0), what):
+            index, handle, _, _ = m.parse_tcmsg(body)
+            if (index, handle) == (ifindex, BUCKET_HANDLE):
+                return m.sent_bytes(body)
+        raise KernelError(f"{what}: its qdisc {BUCKET_MAJOR:x}: is gone")
+
     def teardown(self) -> None:
         """Delete the root qdisc (and with it every class, leaf and filter we
         made); a second call, or one after a failed setup, does nothing."""
+        if self._stats_sock is not None:
+            self._stats_sock.close()
+            self._stats_sock = None
         if self._sock is None:
             return
         self._dup.detach()
@@ -363,7 +408,7 @@ class TcTree:
         self.all_cut = False
         self._dests.clear()
         self._removed.clear()
-        self._layout, self._minors, self._level2 = U32Layout(), MinorAllocator(), set()
+        self._layout, self._minors, self._level2 = U32Layout(), MinorAllocator(self._minors.last), set()
 
     # --- requests ----------------------------------------------------------
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
+from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError
 from collapsar.tcal.contract import ShapingChange
 from collapsar.tcal.plan import Shaping
+from collapsar.trafficclasses import TrafficClasses
 
 
 class FakeTree:
@@ -21,8 +23,18 @@ class FakeTree:
 
     made: list[FakeTree] = []
 
-    def __init__(self, ifname: str, netns: str | None = None, wire_overhead: bool = True, netem: bool = True):
+    def __init__(
+        self,
+        ifname: str,
+        netns: str | None = None,
+        wire_overhead: bool = True,
+        netem: bool = True,
+        bucket: EgressBucket | None = None,
+        classes: TrafficClasses | None = None,
+    ):
         self.ifname, self.netns, self.netem = ifname, netns, netem
+        self.bucket, self.classes = bucket, classes  # recorded: the real tree's policy above and below its classes
+        self.bucket_sent = 0
         self.shapings: dict[str, Shaping] = {}
         self.cut_ips: set[str] = set()
         self.calls: list[tuple] = []
@@ -107,6 +119,10 @@ class FakeTree:
         self._need(dst_ip)
         del self.shapings[dst_ip]
         self.calls.append(("remove", dst_ip))
+
+    def bucket_sent_bytes(self) -> int | None:
+        """The bucket's counter, as a test sets it in `bucket_sent` (None without a bucket)."""
+        return None if self.bucket is None else self.bucket_sent
 
     def teardown(self) -> None:
         self.calls.append(("teardown",))

@@ -6,7 +6,8 @@ of objects with `src`, `dst`, `latency_ms`, `jitter_ms`, `loss`,
 `bandwidth_bps` (null when no link limits the path), `links` (the
 unidirectional link ids crossed, in order) and `distribution`.  The table
 ends with a line per link that follows a trace: its file, what it sets and
-its steps (the JSON is the paths alone).
+its steps, and a line per service with an egress token bucket or traffic
+classes (the JSON is the paths alone).
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
     )
     for trace in experiment.traces:
         print(describe_trace(trace))
+    for service in experiment.services:  # what shapes an instance's egress beyond its paths
+        if service.egress is not None:
+            print(f"service {service.name}: egress {service.egress.describe()}")
+        if service.traffic_classes is not None:
+            print(f"service {service.name}: traffic classes: {'; '.join(service.traffic_classes.describe())}")
     return 0
 
 

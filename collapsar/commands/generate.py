@@ -7,7 +7,9 @@ directory for '-'), a fresh key file for the managers' flow metadata, which
 the stack declares as a secret: copy it with OUT, keep it as private as the
 cluster (see the README's trust model).
 The experiment network's subnet is sized for the topology unless --subnet
-gives one (which must be big enough).  See collapsar.deploy.
+gives one (which must be big enough).  A link that follows a trace file
+goes to the managers as the `set` events its steps compile to (they see
+the stack's text, not the files beside the experiment).  See collapsar.deploy.
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+
+# The managers get the experiment in one environment variable, base64: the
+# kernel takes at most 128 KiB per variable (MAX_ARG_STRLEN).
+MAX_SHIPPED_BYTES = 96 * 1024
+TRACED_HEADER = (
+    "# {file} as Collapsar compiled it: each step of its link traces is a set\n"
+    "# event below (the managers in the containers have no trace files).\n"
+)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +78,7 @@ def generate(
     from collapsar.manager.experiment import all_instances
     from collapsar.parser import parse_text
     from collapsar.timeline import build_timeline
+    from collapsar.yamlout import to_yaml
 
     if node_headroom < 1:
         raise CollapsarError(f"--node-headroom {node_headroom}: expected at least 1")
@@ -76,12 +87,19 @@ def generate(
     except OSError as error:
         raise CollapsarError(f"{file}: cannot read ({error.strerror})") from None
     experiment = parse_text(text, file)
+    shipped = text
     if experiment.traces:
-        trace = experiment.traces[0]
-        raise CollapsarError(
-            f"{trace.where}: link {trace.a} -> {trace.b}: trace: the Docker modes do not carry trace "
-            "files to the manager yet; run it in local mode (collapsar run, or --vm)"
-        )
+        # The managers read the experiment from the stack's own text, with no
+        # trace files beside it: it goes with every trace step written out as
+        # the `set` event it compiled to (the same timeline, step for step).
+        shipped = TRACED_HEADER.format(file=Path(file).name) + to_yaml(experiment)
+        if len(shipped.encode()) > MAX_SHIPPED_BYTES:
+            trace = experiment.traces[0]
+            raise CollapsarError(
+                f"{trace.where}: link {trace.a} -> {trace.b}: trace: with every step written out the experiment "
+                f"is {len(shipped.encode())} bytes, more than the {MAX_SHIPPED_BYTES} a container's environment "
+                "carries to the managers; make the step longer (step: 1s) or the trace shorter, or run it locally"
+            )
     timeline = build_timeline(experiment)
     instances = all_instances(timeline)
     chosen = (
@@ -90,7 +108,7 @@ def generate(
     options = DeployOptions(
         experiment_id=experiment_id(experiment, text),
         subnet=chosen,
-        topology_text=text,
+        topology_text=shipped,
         manager_image=manager_image or IMAGE_MANAGER,
         node_image=node_image or IMAGE_NODE,
     )

@@ -222,6 +222,7 @@ class ContainerRun(ManagerRun):
                 netem=self.netem,
                 wire_overhead=self.experiment.settings.wire_overhead,
                 egress=self.experiment.service(service_of(self.experiment, seen.instance)).egress,
+                classes=self.experiment.service(service_of(self.experiment, seen.instance)).traffic_classes,
             )
             core.install(self._paths_for(seen.instance))
         except Exception:

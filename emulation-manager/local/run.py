@@ -196,6 +196,7 @@ class LocalRun(ManagerRun):
                     netem=self.netem,
                     wire_overhead=self.experiment.settings.wire_overhead,
                     egress=self.experiment.service(service_of(self.experiment, net.instance)).egress,
+                    classes=self.experiment.service(service_of(self.experiment, net.instance)).traffic_classes,
                 )
                 with clock.item("shaping"):
                     core.install(paths_from(first, net.instance, self.instances), groups.get(net.instance))

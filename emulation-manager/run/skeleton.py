@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 # A step's preparation takes ~1-2 ms, under load up to several: the player
 # prepares each step this long before its time.
 PREPARE_AHEAD_NS = 20_000_000
+BUCKET_SAMPLE_S = 1.0  # how often the egress buckets' levels are read (sample_buckets)
 # The timeline thread must get the GIL soon after its deadline: with the
 # default 5 ms switch interval a busy main loop alone could break the 5 ms
 # lateness budget.
@@ -119,6 +120,7 @@ class ManagerRun:
         self.server: StatusServer | None = None
         self.wake = threading.Event()  # set to run the loop's next tick now
         self.live_view = LiveView()  # the dashboard's links and flows, cached per state
+        self.buckets_due = 0.0  # when the egress buckets are read next (monotonic s)
 
     @property
     def mode(self) -> str:
@@ -249,6 +251,7 @@ class ManagerRun:
                 if self.meter is not None:
                     self.meter.sample()
                     self.activate_flows(self.meter.new_pairs())
+                self.sample_buckets()
                 if self.sharing is not None:
                     self.share(now_us)
                 if self.series is not None and self.t0_ns is not None and self.series.due(now_us):
@@ -299,6 +302,28 @@ class ManagerRun:
                     self.activated += core.activate(dsts)
                 except CollapsarError as error:
                     self.say(f"warning: {src}: cannot give its new flows their own classes: {error}")
+
+    def sample_buckets(self) -> None:
+        """Each egress token bucket's level, for the status rows, once a
+        second: the kernel answers a qdisc's counters only in a dump of the
+        interface's every qdisc (a leaf per destination).  (A copy of the
+        cores, made in C: container mode's scans add and drop them.)"""
+        now = time.monotonic()
+        if now < self.buckets_due:
+            return
+        self.buckets_due = now + BUCKET_SAMPLE_S
+        for core in list(self.cores.values()):
+            if core.bucket_gauge is None:
+                continue
+            try:
+                core.sample_bucket()
+            except CollapsarError as error:  # its namespace gone under it: shown as last read
+                self.say(f"warning: {core.instance}: cannot read its egress bucket any more: {error}")
+                core.bucket_gauge.stale = True
+
+    def bucket_rows(self) -> dict[str, dict]:
+        """instance -> its egress bucket's configuration and level (status rows' `egress`)."""
+        return {c.instance: c.bucket_gauge.as_dict() for c in list(self.cores.values()) if c.bucket_gauge is not None}
 
     def stall_file(self) -> Path | None:
         """Where a stalled loop's stacks go (None: standard error)."""

@@ -9,7 +9,8 @@ these fields; a field added here is added there.
   state      "waiting" (before t=0), "running", "stopping", and in the last
              snapshot "ended" with `end` (end_of_run)
   instances  one row per instance of the experiment: name, ip, netns, status,
-             network, pid, exit_code, and in container mode `container` and
+             network, pid, exit_code, egress (its token bucket now, or null:
+             measure/bucket.py), and in container mode `container` and
              `shaped` (instance_rows)
   throughput per (src, dst) flow: bytes, rate now, median rate, segments
   sharing    the bandwidth-sharing loop's status ({"enabled": false} when off)
@@ -63,6 +64,7 @@ class RunView(Protocol):
     def mode(self) -> str: ...
     def places(self) -> Mapping[str, Place]: ...
     def instance_extras(self) -> Mapping[str, dict]: ...
+    def bucket_rows(self) -> Mapping[str, dict]: ...
     def live_figures(self) -> dict: ...
 
 
@@ -79,7 +81,7 @@ NO_EXTRAS: dict = {}
 def instance_rows(run: RunView) -> list[dict]:
     """One row per instance; what is per run (places, pids, the mode's
     fields) is asked for once per snapshot, not once per instance."""
-    places, pids, extras = run.places(), run.runtime.pids(), run.instance_extras()
+    places, pids, extras, buckets = run.places(), run.runtime.pids(), run.instance_extras(), run.bucket_rows()
     status, network, exit_codes = run.status, run.network, run.exit_codes
     rows = []
     for name in run.instances:
@@ -93,6 +95,7 @@ def instance_rows(run: RunView) -> list[dict]:
                 "network": network[name],
                 "pid": pids.get(name),
                 "exit_code": exit_codes.get(name),
+                "egress": buckets.get(name),
                 **extras.get(name, NO_EXTRAS),
             }
         )

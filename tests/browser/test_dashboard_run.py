@@ -19,7 +19,7 @@ experiment: {{name: browser}}
 services:
   server: {{command: [iperf3, -s, -p, "5201"]}}
   client: {{command: [sh, -c, "sleep 0.3; iperf3 -c server -p 5201 -t 60"]}}
-  idle: {{command: [sleep, "60"]}}
+  idle: {{command: [sleep, "60"], egress: {{baseline: 1Mbps, burst-rate: 5Mbps, credits: 3s}}}}
 bridges: [sw]
 links:
   - {{from: client, to: sw, bandwidth: 40Mbps}}
@@ -84,6 +84,15 @@ def test_graph_shows_every_node_and_link(run, page, shots):
     ]
     assert page.locator("#instances tbody tr").count() == 3
     assert page.locator("#state").text_content() == "waiting"
+    # idle's egress credits, read from its bucket's counter: full, as it has sent nothing.
+    (idle,) = [i for i in status(run["base"])["instances"] if i["name"] == "idle"]
+    assert idle["egress"]["kind"] == "credits" and idle["egress"]["fill"] == 1.0
+    assert idle["egress"]["credits_s"] == pytest.approx(3.0, abs=0.002)
+    buckets = page.evaluate(
+        "[...document.querySelectorAll('#instances tbody tr')].map(r => r.children[0].textContent + ': '"
+        " + r.children[5].textContent)"
+    )
+    assert sorted(buckets) == ["client: ", "idle: credits 3.0 s at 5.0 Mbit/s, then 1.0 Mbit/s", "server: "]
     assert page.locator("#start").is_enabled()
     page.screenshot(path=str(shots / "waiting.png"))
 

@@ -118,8 +118,6 @@ def test_demo_compose_file_validates(engine):
 
 # Examples a Docker mode cannot run, and the key its one-line refusal names.
 REFUSED = {
-    ("traced-link", "--compose"): "trace: the Docker modes do not carry trace files",
-    ("traced-link", "--swarm"): "trace: the Docker modes do not carry trace files",
     ("slow-cpu", "--swarm"): "cpu-speed: swarm mode cannot honour it",
 }
 

@@ -33,24 +33,32 @@ _CLASS = re.compile(
     r"^class htb (?P<handle>\S+) .*?prio (?P<prio>\d+) .*?rate (?P<rate>\S+) ceil (?P<ceil>\S+)"
     r" .*?burst (?P<burst>\S+) .*?mpu (?P<mpu>\d+)b"
 )
+_RATE = re.compile(r" rate (?P<rate>\S+) ceil (?P<ceil>\S+)")
+_BACKLOG = re.compile(r"backlog \S+ (?P<qlen>\d+)p")
 _SENT = re.compile(r"Sent (?P<bytes>\d+) bytes (?P<packets>\d+) pkt \(dropped (?P<drops>\d+)")
 
 
 def classes(ns: str, dev: str) -> dict[str, dict]:
     """htb classes from `tc -s -d class show` (iproute2 6.1 has no JSON for htb
-    classes): handle -> prio, rate, ceil, burst, mpu, leaf, bytes, packets, drops."""
+    classes): handle -> prio, rate, ceil, burst, mpu, leaf, parent, bytes,
+    packets, drops and qlen (its leaf's backlog in packets)."""
     out: dict[str, dict] = {}
     current: dict | None = None
     for line in run("tc", "-s", "-d", "class", "show", "dev", dev, ns=ns).splitlines():
         head = _CLASS.match(line)
-        if head:
-            current = dict(head.groupdict())
+        if line.startswith("class "):
+            # An inner class (traffic classes: collapsar.tcal.classes) prints no prio.
+            current = dict(head.groupdict()) if head else {"handle": line.split()[2], **_RATE.search(line).groupdict()}
             current["leaf"] = line.split(" leaf ")[1].split()[0] if " leaf " in line else None
+            current["parent"] = line.split(" parent ")[1].split()[0] if " parent " in line else None
             out[current["handle"]] = current
             continue
         sent = _SENT.search(line)
         if sent and current is not None:
             current.update({k: int(v) for k, v in sent.groupdict().items()})
+        backlog = _BACKLOG.search(line)
+        if backlog and current is not None:
+            current["qlen"] = int(backlog["qlen"])
     return out
 
 

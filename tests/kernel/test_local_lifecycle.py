@@ -160,7 +160,7 @@ def test_cleanup_after_sigkill_removes_that_runs_leftovers_only(tmp_path):
         subprocess.run(["ip", "netns", "del", bystander], check=False)
 
 
-TERM_TRAP = "trap 'echo got TERM; exit 7' TERM; while :; do sleep 0.05; done"
+TERM_TRAP = "trap 'echo got TERM; exit 7' TERM; echo trapping; while :; do sleep 0.05; done"
 
 
 def test_sighup_tears_down_and_joined_commands_get_their_grace(tmp_path):
@@ -181,8 +181,12 @@ def test_sighup_tears_down_and_joined_commands_get_their_grace(tmp_path):
     try:
         run.wait_line("all 1 instances up")
         run_dir = tmp_path / "runs" / run_id_of(run.lines)
+        # Both shells have set their trap (a SIGHUP before b's would kill it:
+        # CI's loaded host saw b exit -15, started but not yet trapping).
+        logs = [run_dir / "logs" / f"{name}.out" for name in ("a", "b")]
         deadline = time.monotonic() + 10
-        while sum(r["kind"] == "process" for r in journal_of(run_dir)) < 2 and time.monotonic() < deadline:
+        while not all(log.is_file() and "trapping" in log.read_text() for log in logs):
+            assert time.monotonic() < deadline, "the commands did not set their traps in 10 s"
             time.sleep(0.05)
         run.proc.send_signal(signal.SIGHUP)
         code, lines, stderr = run.finish(30)

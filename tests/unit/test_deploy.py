@@ -14,7 +14,8 @@ from collapsar.deploy.naming import check_service_name, experiment_id, instance_
 from collapsar.deploy.stack import WAIT_FOR_SHAPING
 from collapsar.deploy.subnet import addresses_needed, check_subnet, size_subnet
 from collapsar.errors import CollapsarError
-from collapsar.parser import parse_text
+from collapsar.parser import parse_file, parse_text
+from collapsar.timeline import build_timeline
 
 TOPOLOGY = """\
 experiment: {name: Tiny-Test}
@@ -397,3 +398,42 @@ def test_every_example_generates_both_files(name):
     assert list(compose["services"]) == services + ["collapsar-manager"]
     assert sum(swarm["services"][s]["deploy"]["replicas"] for s in services) == len(timeline.steps[0].state.instances)
     assert sum(compose["services"][s]["scale"] for s in services) == len(all_instances(timeline))
+
+
+@pytest.mark.parametrize("swarm", [True, False], ids=["swarm", "compose"])
+def test_a_traced_link_reaches_the_managers_as_the_set_events_it_compiles_to(tmp_path, swarm):
+    """The managers see the stack's text, not the trace files beside the
+    experiment: the text they get gives the same timeline, step for step."""
+    (tmp_path / "rates.csv").write_text("time,bandwidth\n0s,8Mbps\n1s,2Mbps\n2s,5Mbps\n")
+    path = tmp_path / "traced.yaml"
+    path.write_text(TOPOLOGY.replace("bandwidth: 20Mbps}", "trace: rates.csv}", 1))
+    _, doc = generated(str(path), swarm=swarm)
+    (encoded,) = [
+        svc["environment"]["COLLAPSAR_TOPOLOGY_B64"]
+        for svc in doc["services"].values()
+        if "COLLAPSAR_TOPOLOGY_B64" in svc.get("environment", {})
+    ]
+    shipped = base64.b64decode(encoded).decode()
+    assert shipped.startswith("# traced.yaml as Collapsar compiled it")
+    assert "trace:" not in shipped
+    original, compiled = build_timeline(parse_file(path)), build_timeline(parse_text(shipped, "<shipped>"))
+    assert (
+        [s.at_us for s in compiled.steps]
+        == [s.at_us for s in original.steps]
+        == [0, 1_000_000, 2_000_000, 5_000_000, 6_000_000]
+    )
+    for ours, theirs in zip(original.steps, compiled.steps):
+        assert sorted(map(repr, theirs.state.paths())) == sorted(map(repr, ours.state.paths()))
+
+
+def test_a_trace_too_long_for_the_managers_environment_is_one_line(tmp_path):
+    rows = "".join(f"{t * 100}ms,{1 + t % 7}Mbps\n" for t in range(6000))
+    (tmp_path / "long.csv").write_text("time,bandwidth\n" + rows)
+    path = tmp_path / "traced.yaml"
+    path.write_text(TOPOLOGY.replace("bandwidth: 20Mbps}", "trace: {file: long.csv, step: 100ms}}", 1))
+    with pytest.raises(
+        CollapsarError,
+        match=r"traced.yaml:\d+: link .*: trace: with every step written out the "
+        r"experiment is \d+ bytes, more than the 98304 a container's environment carries",
+    ):
+        generate_text(str(path), True)

@@ -30,6 +30,16 @@ export function percent(ratio) {
   return `${Math.round(ratio * 100)}%`;
 }
 
+// An instance's egress token bucket now (the status row's `egress`): how
+// long its credits last at the burst rate, or how full it is.
+export function bucket(e) {
+  if (!e) return "";
+  const level = e.kind === "credits"
+    ? `credits ${e.credits_s.toFixed(1)} s at ${rate(e.peak_bps)}, then ${rate(e.rate_bps)}`
+    : `${percent(e.fill)} of ${e.depth_bytes} B at ${rate(e.rate_bps)}`;
+  return e.stale ? `${level} (last read)` : level;
+}
+
 export function props(p) {
   if (!p) return "";
   const parts = [rate(p.rate_bps)];

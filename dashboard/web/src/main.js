@@ -59,7 +59,7 @@ function renderHeader(snap) {
 function renderInstances(snap) {
   const rows = (snap.instances || []).map((inst) => el("tr", { class: `st-${inst.status.replace(/\(.*/, "")}` },
     el("td", {}, inst.name), el("td", {}, inst.host || "local"), el("td", {}, inst.ip || ""),
-    el("td", {}, inst.status), el("td", {}, inst.network || "")));
+    el("td", {}, inst.status), el("td", {}, inst.network || ""), el("td", {}, fmt.bucket(inst.egress))));
   fill(document.querySelector("#instances tbody"), rows);
 }
 
