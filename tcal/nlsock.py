@@ -173,29 +173,25 @@ class RouteSocket:
 
     def ask(self, msg_type: int, body: bytes, what: str) -> bytes:
         """One request, one reply (a GET without DUMP): the reply's body."""
-        self.seq = (self.seq + 1) & 0xFFFFFFFF or 1
-        self.sock.sendall(_HDR.pack(_HDR.size + len(body), msg_type, NLM_F_REQUEST, self.seq, 0) + body)
-        while True:
-            try:
-                data = self.sock.recv(1 << 16)
-            except OSError as exc:
-                raise KernelError(f"netlink: no answer to {what}: {exc}") from None
-            for reply_type, flags, seq, payload in _messages(data):
-                if seq != self.seq:
-                    continue
-                if reply_type == NLMSG_ERROR:
-                    error = -struct.unpack_from("=i", payload)[0]
-                    failure = KernelFailure(Request(msg_type, 0, body, what), error, _ext_ack_message(flags, payload))
-                    raise KernelError(str(failure))
-                return payload
+        for _, payload in self._replies(msg_type, NLM_F_REQUEST, body, what):
+            return payload
+        raise KernelError(f"netlink: {what}: the kernel answered nothing")
 
     def dump(self, msg_type: int, body: bytes, what: str) -> list[bytes]:
         """A GET with NLM_F_DUMP: every reply's body, until NLMSG_DONE.  (A
         qdisc GET without DUMP answers nothing on recent kernels.)"""
-        self.seq = (self.seq + 1) & 0xFFFFFFFF or 1
-        flags = NLM_F_REQUEST | NLM_F_DUMP
-        self.sock.sendall(_HDR.pack(_HDR.size + len(body), msg_type, flags, self.seq, 0) + body)
         bodies: list[bytes] = []
+        for reply_type, payload in self._replies(msg_type, NLM_F_REQUEST | NLM_F_DUMP, body, what):
+            if reply_type == NLMSG_DONE:
+                return bodies
+            bodies.append(payload)
+        return bodies
+
+    def _replies(self, msg_type: int, flags: int, body: bytes, what: str) -> Iterator[tuple[int, bytes]]:
+        """Send one request; yield (type, body) of each answer to it until
+        the caller stops; a refusal raises KernelError."""
+        self.seq = (self.seq + 1) & 0xFFFFFFFF or 1
+        self.sock.sendall(_HDR.pack(_HDR.size + len(body), msg_type, flags, self.seq, 0) + body)
         while True:
             try:
                 data = self.sock.recv(1 << 20)
@@ -204,15 +200,13 @@ class RouteSocket:
             for reply_type, reply_flags, seq, payload in _messages(data):
                 if seq != self.seq:
                     continue
-                if reply_type == NLMSG_DONE:
-                    return bodies
                 if reply_type == NLMSG_ERROR:
                     error = -struct.unpack_from("=i", payload)[0]
                     failure = KernelFailure(
                         Request(msg_type, 0, body, what), error, _ext_ack_message(reply_flags, payload)
                     )
                     raise KernelError(str(failure))
-                bodies.append(payload)
+                yield reply_type, payload
 
 
 def batches(requests: list[Request]) -> Iterator[tuple[int, int]]:

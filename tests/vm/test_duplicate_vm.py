@@ -9,6 +9,8 @@ A duplicating netem cannot share a tree with other netems on this kernel
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from binomial import binomial_band
 from netns_helpers import sh
@@ -32,6 +34,11 @@ def test_the_copy_goes_through_the_netem_leaf_with_its_own_loss(netns_pair, tree
     ip = netns_pair.dst_ips[0]
     tree.setup([Shaping(ip, None, delay_us=DELAY_US, loss_ratio=LOSS, extras=Extras(duplicate_ratio=DUPLICATE))])
     assert "duplicate" not in sh("tc", "qdisc", "show", "dev", netns_pair.src_if, ns=netns_pair.src_ns).stdout
+    # One flow on one receiving CPU (RPS), as in test_netem_impairments' in-order
+    # test: else netem's timer, firing on either CPU, lets another datagram
+    # slip between a copy and its original (CI saw one 3 places apart).
+    cpus = format((1 << os.cpu_count()) - 1, "x")
+    sh("sh", "-c", f"echo {cpus} > /sys/class/net/{netns_pair.dst_if}/queues/rx-0/rps_cpus", ns=netns_pair.dst_ns)
     got = stream(netns_pair.src_ns, netns_pair.dst_ns, ip, COUNT, INTERVAL_S)
     seen: dict[int, int] = {}
     first: dict[int, int] = {}

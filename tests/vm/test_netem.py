@@ -34,6 +34,7 @@ in an emulated CPU.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 
@@ -242,6 +243,10 @@ def test_throughput_with_delay(shaped, probe, record_property, rate_mbps, delay_
     until_in_bounds(record_property, attempt)
 
 
+@pytest.mark.skipif(
+    os.environ.get("COLLAPSAR_LONG_TESTS") != "1",
+    reason="a kernel fact behind the limit's sizing, 60 s in the VM: set COLLAPSAR_LONG_TESTS=1",
+)
 def test_default_netem_limit_stalls_long_fat_path(netns_pair, probe, record_property):
     """Why the TCAL sizes the limit: a 25 Mbit/s x 1 s path built with raw tc,
     first with netem's default 1000-packet limit, then with the limit raised

@@ -1,14 +1,27 @@
 """Every DistWalk command line the issue lists (from the CCGrid'25 paper),
-passed verbatim.  Only the node address is filled in where the paper writes
+passed verbatim (the three longest with a tenth of their requests in CI,
+see LONG).  Only the node address is filled in where the paper writes
 a placeholder ("addr:port") or omits it, and host names (node0..node3, lb)
 are mapped to loopback nodes with --resolve instead of /etc/hosts."""
 
+import os
 import time
 
 import pytest
 from wl_support import read_records
 
 pytestmark = pytest.mark.timing  # rates and latencies of the paper's commands
+
+# The three longest commands run 30-100 s as the paper writes them: CI runs
+# each with a tenth of its requests (every other flag as written), and
+# COLLAPSAR_LONG_TESTS=1 runs them verbatim.
+LONG = os.environ.get("COLLAPSAR_LONG_TESTS") == "1"
+
+
+def paper(line: str, verbatim: str, short: str) -> tuple[str, int]:
+    """`line` with its request count `verbatim`, or in CI `short`; and the count."""
+    count = verbatim if LONG else short
+    return line.replace(verbatim, count), int(count.split()[1].replace("k", "000"))
 
 
 def resolve(**nodes):
@@ -20,20 +33,25 @@ def resolve(**nodes):
 
 def test_rate_ramp_aseq(start_node, run_client, tmp_path):
     node = start_node()
-    line = "--to addr:port -C 10ms -n 1000 -r aseq:min=2,max=100,step=2 --rss 1"
+    line, n = paper("--to addr:port -C 10ms -n 1000 -r aseq:min=2,max=100,step=2 --rss 1", "-n 1000", "-n 110")
     out = tmp_path / "ramp.csv"
     res = run_client(*line.replace("addr:port", node.addr).split(), "-o", out)
     # The ramp is meant to find where the node saturates: once 10 ms requests
     # arrive faster than this loaded box serves them, later ones time out.
-    assert res["requests"] == 1000 and res["unsent"] == 0 and res["err"] == 0
-    assert res["ok"] >= 200
+    assert res["requests"] == n and res["unsent"] == 0 and res["err"] == 0
+    assert res["ok"] >= n // 5
     sends = sorted(r["send_us"] for r in read_records(out))
-    per_step = [sum(1 for s in sends if k * 1e6 <= s < (k + 1) * 1e6) for k in range(33)]
-    # 2+4+...+62 = 992 requests fill 31 one-second steps; 8 more at 64/s follow.
-    expected = [2 * (k + 1) for k in range(31)] + [8, 0]
+    # One-second steps at 2, 4, 6, ... per second until the n requests are
+    # sent: 1000 fill 31 steps (992) and 8 at 64/s; 110 fill 10 exactly.
+    expected, left = [], n
+    while left > 0:
+        expected.append(min(left, 2 * (len(expected) + 1)))
+        left -= expected[-1]
+    expected.append(0)
+    per_step = [sum(1 for s in sends if k * 1e6 <= s < (k + 1) * 1e6) for k in range(len(expected))]
     # A sender stalled by this shared box may slip a send over a step boundary.
     assert all(abs(got - want) <= max(2, 0.05 * want) for got, want in zip(per_step, expected)), per_step
-    assert sum(per_step[:32]) == 1000
+    assert sum(per_step) == n
 
 
 def test_store_sync_policies(start_node, run_client):
@@ -51,12 +69,13 @@ def test_store_sync_policies(start_node, run_client):
 
 def test_pinned_node_sixteen_threads(start_node, run_client):
     node = start_node(*"--nt=16 -c 2-18".split())
-    res = run_client("--to", node.addr, *"--nt=16 -C 1ms -p 10k -n 10k".split(), timeout=400)
+    line, n = paper("--nt=16 -C 1ms -p 10k -n 10k", "-n 10k", "-n 1k")
+    res = run_client("--to", node.addr, *line.split(), timeout=400)
     # 16 pairs x 100 req/s x 1 ms of CPU is 1.6 cores: more than a shared
     # 2-core box may have, so some requests may time out; none may be lost.
-    assert res["requests"] == 160_000 and res["unsent"] == 0 and res["err"] == 0
-    assert res["ok"] >= 16_000
-    assert res["duration_s"] >= 99.9  # open loop: 10k requests 10 ms apart per pair
+    assert res["requests"] == 16 * n and res["unsent"] == 0 and res["err"] == 0
+    assert res["ok"] >= 16 * n // 10
+    assert res["duration_s"] >= n / 100 - 0.1  # open loop: n requests 10 ms apart per pair
     assert node.log().count("does not exist on this") >= 14  # cpus 2..18 named, each reported
 
 
@@ -103,16 +122,16 @@ def test_load_balanced_sessions(start_node, run_client):
 
 def test_parent_accept_mode_http_emulation(start_node, run_client):
     node = start_node(*"--nt 3 --am parent".split())
-    res = run_client(
-        "--to",
-        node.addr,
-        *"--load-offset 0 -L 10918 -C 1000 --ps 76 --rs 11192 -r 85 -n 5000 --ns 5000".split(),
-        timeout=300,
+    line, n = paper(
+        "--load-offset 0 -L 10918 -C 1000 --ps 76 --rs 11192 -r 85 -n 5000 --ns 5000",
+        "-n 5000 --ns 5000",
+        "-n 500 --ns 500",
     )
-    assert res["ok"] == 5000
+    res = run_client("--to", node.addr, *line.split(), timeout=300)
+    assert res["ok"] == n
     stats = node.stats()
-    assert stats["accepted"] == 5000 and stats["loads"] == 5000
+    assert stats["accepted"] == n and stats["loads"] == n
     # 76 bytes asked for, but the encoded request (header, LOAD, COMPUTE) is 78: never truncated.
-    assert stats["bytes_in"] == 5000 * 78
-    assert stats["bytes_out"] == 5000 * 11192
+    assert stats["bytes_in"] == n * 78
+    assert stats["bytes_out"] == n * 11192
     assert res.lat["min"] >= 1000
