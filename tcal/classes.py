@@ -89,12 +89,12 @@ class ClassLayout:
         parent = classid(ROOT_MAJOR, parent_minor)
         who = f"destination {key}: " if key else ""
         classes, nodes = [], []
-        for (rate, ceil), minor, klass in zip(self.children, self.child_minors(parent_minor), self.classes.classes):
+        minors = self.child_minors(parent_minor)
+        for (rate, ceil), minor, klass in zip(self.children, minors, self.classes.classes):
             cid = classid(ROOT_MAJOR, minor)
             body = m.tcmsg(ifindex, cid, parent) + m.kind("htb") + m.htb_rate_ceil_options(rate, ceil)
             what = f"{who}create class {format_handle(cid)} (traffic class {klass.name})"
             classes.append(m.Request(m.RTM_NEWTCLASS, m.CREATE, body, what, key))
-        minors = self.child_minors(parent_minor)
         for node, (keys, index) in enumerate(self.rules, start=1):
             # The node's id alone: the u32 filters of one htb share their
             # tables' ids, so the kernel gives this class's root table its

@@ -16,7 +16,7 @@ import subprocess
 import time
 
 import pytest
-from tcal_traffic import classes, run, tc_json
+from tcal_traffic import Iperf, classes, run, tc_json
 
 from collapsar.impairments import Extras, Queue
 from collapsar.tcal import Shaping
@@ -96,30 +96,6 @@ def flood(ns: str, ip: str, port: int, rate: str, seconds: int) -> subprocess.Po
     )
 
 
-class Servers:
-    """iperf3 servers (one test each) on these ports in the receiver namespace."""
-
-    def __init__(self, ns: str, ip: str, ports: list[int]):
-        self.procs = [
-            subprocess.Popen(
-                ["ip", "netns", "exec", ns, "iperf3", "-s", "-1", "-B", ip, "-p", str(p)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for p in ports
-        ]
-        deadline = time.monotonic() + 10
-        while not all(f":{p} " in run("ss", "-Hltn", ns=ns) + " " for p in ports):
-            assert time.monotonic() < deadline, "iperf3 servers did not start"
-            time.sleep(0.05)
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-
-
 def child_rates_bps(pair, minor: int, settle_s: float, window_s: float) -> dict[str, float]:
     time.sleep(settle_s)
     first, t0 = sent(pair.src_ns, pair.src_if, minor), time.monotonic()
@@ -142,7 +118,7 @@ def test_a_saturated_path_serves_priorities_first_and_weights_in_proportion(tree
     rate_bps = 20_000_000
     tree.setup([Shaping(ip, rate_bps=rate_bps)])
     minor = tree._dests[ip].minor
-    servers = Servers(pair.dst_ns, ip, list(offered))
+    servers = [Iperf(pair.dst_ns, ip, port) for port in offered]
     floods = [flood(pair.src_ns, ip, port, rate, 8) for port, rate in offered.items()]
     try:
         rates = child_rates_bps(pair, minor, settle_s=2.0, window_s=4.0)
@@ -151,7 +127,8 @@ def test_a_saturated_path_serves_priorities_first_and_weights_in_proportion(tree
         for f in floods:
             f.kill()
             f.wait()
-        servers.close()
+        for server in servers:
+            server.close()
     total = rate_bps * FRAME_SHARE
     print({name: round(r / 1e6, 3) for name, r in rates.items()}, f"path {total / 1e6:.3f} Mbit/s of frames")
     assert sum(rates.values()) == pytest.approx(total, rel=0.03)
@@ -171,7 +148,7 @@ def test_a_higher_class_does_not_wait_behind_a_full_lower_one(tree_factory):
     ip = pair.dst_ips[0]
     tree.setup([Shaping(ip, rate_bps=10_000_000, extras=Extras(queue=Queue(packets=100)))])
     minor = tree._dests[ip].minor
-    servers = Servers(pair.dst_ns, ip, [5302])
+    servers = [Iperf(pair.dst_ns, ip, 5302)]
     bulk = flood(pair.src_ns, ip, 5302, "60M", 10)
     try:
         deadline = time.monotonic() + 5
@@ -184,7 +161,8 @@ def test_a_higher_class_does_not_wait_behind_a_full_lower_one(tree_factory):
     finally:
         bulk.kill()
         bulk.wait()
-        servers.close()
+        for server in servers:
+            server.close()
     rtts = sorted(float(p.split("=")[1].split()[0]) for p in out.split() if p.startswith("time="))
     print(
         f"ping beside a full heavy queue ({backlog} packets): median {statistics.median(rtts):.2f} ms, "
