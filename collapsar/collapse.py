@@ -135,6 +135,17 @@ class NetworkState:
                 self.conditions,
             )
 
+    def cut_off(self, candidates: Iterable[str]) -> set[str]:
+        """Those of `candidates` that no other source of this state reaches:
+        absent, disconnected, or without a route from any of them."""
+        names = list(candidates)
+        if not names:
+            return set()
+        cols = np.array([self._instance(name) for name in names], np.int64)
+        reach = self._exists(np.arange(len(self._rows)), cols)
+        reach &= self._rows[:, None] != cols[None, :]  # an instance's path to itself does not count
+        return {name for name, reached in zip(names, reach.any(axis=0)) if not reached}
+
     def unreachable(self) -> list[tuple[str, str]]:
         """Pairs of present instances (from this state's sources) with no route.
         Deliberate cuts (disconnect, partition) are not counted here, though

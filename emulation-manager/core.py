@@ -19,7 +19,7 @@ and what the tree holds is always `effective(path, override)`.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import cast
 
@@ -29,7 +29,7 @@ from collapsar.impairments import with_loss
 from collapsar.manager.measure.bucket import BucketGauge
 from collapsar.model import LinkProps, Path, shaping_values
 from collapsar.tcal.bucket import tbf_params
-from collapsar.tcal.contract import ShapingChange, ShapingTree, TreeFactory
+from collapsar.tcal.contract import InstanceGuards, ShapingChange, ShapingTree, TreeFactory
 from collapsar.tcal.plan import Shaping
 from collapsar.trafficclasses import TrafficClasses
 
@@ -111,6 +111,10 @@ class EmulationCore:
         # their classes): a subset of `cut`, while _all_cut.
         self._held: set[str] = set()
         self._all_cut = False
+        # Cut by their own guard (collapsar.tcal.guard: every path to them,
+        # at their bridge port), not in this tree: a subset of `cut`, not of
+        # `_held`; their filters still point at their classes.
+        self._guarded: set[str] = set()
         # dst -> the record its class holds in the tree (absent: placeholder);
         # records without an override are interned (one object per distinct
         # values), so that destinations of one record are known as one.
@@ -123,23 +127,34 @@ class EmulationCore:
             raise CollapsarError(f"instance {self.instance}: its core is not installed")
         return self._tree
 
-    def plan(self, paths: Mapping[str, Path | None]) -> InstallPlan:
-        """What `install(paths)` puts in the tree; changes nothing."""
+    def plan(self, paths: Mapping[str, Path | None], future: Mapping[str, Path] | None = None) -> InstallPlan:
+        """What `install(paths, future=future)` puts in the tree; changes nothing."""
         shapings, cut = [], []
         for dst, path in paths.items():
             if dst == self.instance:
                 continue
             if path is None:
                 cut.append(dst)
+                path = None if future is None else future.get(dst)
             props = PLACEHOLDER if path is None else effective(path, self.overrides.get(dst), self.netem)
             shapings.append(self._shaping_type.of(self.ip_of[dst], props))
         return InstallPlan(tuple(shapings), tuple(cut), len(cut) == len(shapings) and len(cut) >= WHOLE_CUT_FROM)
 
-    def install(self, paths: Mapping[str, Path | None], groups: Mapping[str, Hashable] | None = None) -> None:
+    def install(
+        self,
+        paths: Mapping[str, Path | None],
+        groups: Mapping[str, Hashable] | None = None,
+        guarded: Collection[str] = (),
+        future: Mapping[str, Path] | None = None,
+    ) -> None:
         """t=0: one class per destination, in one setup (the TCAL batches it);
         the placeholders are cut after.  `groups`: dst -> its changes over
-        the run (play.player.lineages), the hint ShapingTree.setup takes."""
-        plan = self.plan(paths)
+        the run (play.player.lineages), the hint ShapingTree.setup takes.
+        `guarded`: destinations whose guard is on (their cut is theirs, not
+        this tree's); `future`: for destinations without a path now, the
+        path they will first have (a class made with it needs no change
+        when they come: a join is then one message, its guard's)."""
+        plan = self.plan(paths, future)
         self._tree = self._tree_factory(
             self.ifname,
             netns=self.netns,
@@ -156,7 +171,11 @@ class EmulationCore:
             self.bucket_gauge = BucketGauge(self.egress, params, time.monotonic(), sent)
         self.shaped = {dst: path for dst, path in paths.items() if dst != self.instance}
         self._in_tree = {dst: self._effective(dst, path) for dst, path in self.shaped.items() if path is not None}
-        self._cut(list(plan.cut), whole=plan.whole_cut)
+        if future:
+            for dst in plan.cut:
+                if dst in future:
+                    self._in_tree[dst] = self._effective(dst, future[dst])
+        self._cut(list(plan.cut), whole=plan.whole_cut, guarded=guarded)
 
     def _add(self, dst: str, path: Path | None) -> None:
         """A destination first seen after t=0: its class, cut at once if it has no path."""
@@ -188,14 +207,17 @@ class EmulationCore:
         self._in_tree[dst] = new
         return change
 
-    def apply(self, changes: Mapping[str, Path | None]) -> None:
+    def apply(self, changes: Mapping[str, Path | None], guarded: Collection[str] = ()) -> None:
         """New paths for some destinations (None: unreachable or cut).
 
         A step that leaves none of the destinations reachable (this
         instance disconnected, crashed or gone: hundreds of paths) cuts the
         whole tree in one message (ShapingTree.cut_all) rather than each
         destination; the first destination to come back turns that into
-        per-destination cuts of those still without a path, then lifts it."""
+        per-destination cuts of those still without a path, then lifts it.
+        A destination in `guarded` (its guard is on once this step is in
+        force) is cut by its guard: nothing changes in this tree, and its
+        coming back is its guard lifted (see `unguard`)."""
         restore: list[str] = []
         special = {self.instance} | (changes.keys() - self.shaped.keys())
         special |= changes.keys() & (self.cut | self.overrides.keys())
@@ -213,11 +235,13 @@ class EmulationCore:
             else:
                 to_live.append(dst)
         live_after = len(self.shaped) - len(self.cut) - len(to_cut) + sum(1 for dst in to_live if dst in self.cut)
-        self._cut(to_cut, whole=live_after == 0 and (self._all_cut or len(to_cut) >= WHOLE_CUT_FROM))
+        whole = live_after == 0 and (self._all_cut or len(to_cut) >= WHOLE_CUT_FROM)
+        self._cut(to_cut, whole, guarded)
         for dst in to_live:
             ip = self.ip_of[dst]
-            if dst in self._held:  # its filter still points at its class
+            if dst in self._held or dst in self._guarded:  # its filter still points at its class
                 self._held.discard(dst)
+                self._guarded.discard(dst)
                 self.cut.discard(dst)
             elif dst in self.cut:
                 restore.append(ip)
@@ -240,18 +264,33 @@ class EmulationCore:
         for ip in restore:
             self.tree.restore(ip)
 
-    def _cut(self, dsts: list[str], whole: bool) -> None:
-        """Cut these destinations: `whole`, by the tree's cut_all (none is
-        left with a path), else one by one."""
+    def _cut(self, dsts: list[str], whole: bool, guarded: Collection[str] = ()) -> None:
+        """Cut these destinations: those `guarded`, by their guards; the
+        others, with `whole`, by the tree's cut_all (none is left with a
+        path), else one by one."""
         if whole and not self._all_cut:
             self.tree.cut_all()
             self._all_cut = True
         for dst in dsts:
-            if whole:
+            if dst in guarded:
+                self._guarded.add(dst)
+            elif whole:
                 self._held.add(dst)
             else:
                 self.tree.cut(self.ip_of[dst])
             self.cut.add(dst)
+
+    def unguard(self, dst: str) -> None:
+        """dst's guard is lifted at this step: if this tree left dst to it
+        and the step gave dst no path from here, this tree cuts it now (by
+        cut_all while that holds)."""
+        if dst not in self._guarded:
+            return
+        self._guarded.discard(dst)
+        if self._all_cut:
+            self._held.add(dst)
+        else:
+            self.tree.cut(self.ip_of[dst])
 
     def _apply_plain(
         self, dsts: list[str], changes: Mapping[str, Path | None]
@@ -376,6 +415,13 @@ class RealTcal:
         from collapsar.tcal.counters import Counters
 
         return Counters(ifname, netns=netns)
+
+    @staticmethod
+    def guards(host_ifnames: Mapping[str, str]) -> InstanceGuards:
+        """Each instance's guard at its veth's host side (collapsar.tcal.guard)."""
+        from collapsar.tcal.guard import Guards
+
+        return Guards(host_ifnames)
 
 
 def real_tcal() -> RealTcal:

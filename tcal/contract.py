@@ -149,3 +149,18 @@ class TreeFactory(Protocol):
         bucket: EgressBucket | None = None,
         classes: TrafficClasses | None = None,
     ) -> ShapingTree: ...
+
+
+class InstanceGuards(Protocol):
+    """Each instance's guard: every path to it cut at once
+    (collapsar.tcal.guard keeps it on the kernel)."""
+
+    on: set[str]  # instances guarded now
+
+    def set(self, on: Iterable[str] = (), off: Iterable[str] = ()) -> None:
+        """Guard `on`, unguard `off`, in one batch."""
+        ...
+
+    def close(self) -> None:
+        """Remove every guard; a second call does nothing."""
+        ...

@@ -35,7 +35,8 @@ from collapsar.errors import EnvironmentProblem, KernelError
 from collapsar.tcal.built import TCAL_DIR, load_built
 
 LIBRARY_PATH = TCAL_DIR / "build" / "libcxcounters.so"
-# Also the duplicator's (collapsar.tcal.duplicate): one library holds both loaders.
+# Also the duplicator's (collapsar.tcal.duplicate) and the guard's program
+# (collapsar.tcal.guard): one library holds the loaders.
 LIBRARY_SOURCES = (
     "bpf/counters.bpf.c",
     "bpf/counters.h",
@@ -48,6 +49,8 @@ LIBRARY_SOURCES = (
     "bpf/duplicate.h",
     "bpf/duplicator.c",
     "bpf/duplicator.h",
+    "bpf/guard.c",
+    "bpf/guard.h",
     "Makefile",
 )
 BTF_PATH = pathlib.Path("/sys/kernel/btf/vmlinux")

@@ -284,6 +284,33 @@ def filters_flush(ifindex: int, parent: int) -> bytes:
     return tcmsg(ifindex, 0, parent)
 
 
+# --- clsact and cls_bpf (collapsar.tcal.guard) --------------------------------
+
+TC_H_CLSACT = 0xFFFFFFF1  # the clsact qdisc's parent (TC_H_INGRESS's value)
+CLSACT_HANDLE = 0xFFFF0000
+CLSACT_EGRESS = 0xFFFFFFF3  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_EGRESS)
+TCA_BPF_FD, TCA_BPF_NAME, TCA_BPF_FLAGS = 6, 7, 8
+TCA_BPF_FLAG_ACT_DIRECT = 1
+
+
+def clsact(ifindex: int) -> bytes:
+    return tcmsg(ifindex, CLSACT_HANDLE, TC_H_CLSACT) + kind("clsact")
+
+
+def bpf_filter(ifindex: int, parent: int, prio: int, handle: int, prog_fd: int, name: str) -> bytes:
+    """A direct-action cls_bpf filter for IPv4 packets: the program's return
+    value is the verdict."""
+    opts = u32_attr(TCA_BPF_FD, prog_fd) + attr(TCA_BPF_NAME, name.encode() + b"\0")
+    opts += u32_attr(TCA_BPF_FLAGS, TCA_BPF_FLAG_ACT_DIRECT)
+    head = tcmsg(ifindex, handle, parent, (prio << 16) | socket.htons(ETH_P_IP))
+    return head + kind("bpf") + attr(TCA_OPTIONS, opts)
+
+
+def filter_prio_delete(ifindex: int, parent: int, prio: int) -> bytes:
+    """Every IPv4 filter of one priority under `parent`, deleted."""
+    return tcmsg(ifindex, 0, parent, (prio << 16) | socket.htons(ETH_P_IP))
+
+
 # --- parsing (error replies, tests) -----------------------------------------
 
 

@@ -48,7 +48,7 @@ from collapsar.tcal.nlsock import (
 LIBRARY_PATH = TCAL_DIR / "build" / "libcxfire.so"
 _SOURCES = ("fire/fire.c", "fire/fire.h", "Makefile")
 REPLY_BYTES_PER_REQUEST = 512  # an error answer: nlmsgerr + the refused header + the kernel's text
-REPLY_BYTES_MIN = 1 << 17  # at least two whole datagrams
+REPLY_BYTES_MIN = 4096  # the ACK and room to spare (fire.c copies each datagram in whole)
 
 
 class _Signal(ctypes.Structure):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TextIO
 
 from collapsar import provenance
-from collapsar.errors import EnvironmentProblem, RunError
+from collapsar.errors import CollapsarError, EnvironmentProblem, RunError
 from collapsar.manager.addressing import NetworkPlan, new_run_id, plan_network
 from collapsar.manager.core import EmulationCore, real_tcal
 from collapsar.manager.experiment import all_instances, launches, paths_from
@@ -61,6 +61,7 @@ from collapsar.manager.status.api import StatusServer
 from collapsar.manager.status.control import AdHocLinks, local_control
 from collapsar.manager.status.topoview import topology_json
 from collapsar.model import Experiment, service_of
+from collapsar.model import Path as NetPath
 from collapsar.resources import check_mode
 from collapsar.tcal.contract import TreeFactory
 
@@ -183,6 +184,7 @@ class LocalRun(ManagerRun):
         # An active tree keeps destinations that the run's link changes move
         # alike in one class, changed in place (play.player.lineages).
         groups = self.player.lineages() if self.active_tree else {}
+        future = self._guard_first(first)
         with clock.stage("shaping"):
             for net in self.plan.instances:
                 journal.record("qdisc", netns=net.netns, ifname=net.ifname, handle="1:")
@@ -199,7 +201,12 @@ class LocalRun(ManagerRun):
                     classes=self.experiment.service(service_of(self.experiment, net.instance)).traffic_classes,
                 )
                 with clock.item("shaping"):
-                    core.install(paths_from(first, net.instance, self.instances), groups.get(net.instance))
+                    core.install(
+                        paths_from(first, net.instance, self.instances),
+                        groups.get(net.instance),
+                        self.guarded,
+                        future.get(net.instance),
+                    )
                 self.cores[net.instance] = core
         if self.options.probe_count:
             probe_started = time.monotonic()
@@ -238,6 +245,25 @@ class LocalRun(ManagerRun):
             self.say("waiting for start: POST /control/start with the control token")
         else:
             self.begin()
+
+    def _guard_first(self, first) -> dict[str, dict[str, NetPath]]:
+        """Guard the instances no one reaches at t=0 (absent, disconnected):
+        a step that cuts an instance off from all the others, or brings it
+        back, is then one message at its bridge port instead of one in every
+        other tree (collapsar.tcal.guard).  Returns, per source, the first
+        path each guarded instance will have, to make its class with.
+        Without eBPF the trees cut as before (one line says so)."""
+        make = getattr(self.tcal, "guards", None)
+        if make is None:
+            return {}
+        try:
+            self.guards = make({net.instance: net.host_veth for net in self.plan.instances})
+        except CollapsarError as error:
+            self.say(f"no guards ({error}): an instance cut off is cut in every other tree")
+            return {}
+        self.guarded = first.cut_off(self.instances)
+        self.guards.set(on=sorted(self.guarded))
+        return self.player.first_paths(self.guarded)
 
     def _tree_factory(self) -> TreeFactory:
         """The trees' kind: a class per destination (full), or per distinct
@@ -373,6 +399,8 @@ class LocalRun(ManagerRun):
         ]
         if self.host_net is not None:
             stages.append(("close host_net", self.host_net.close))
+        if self.guards is not None:
+            stages.append(("remove the guards", self.guards.close))
         # Namespaces go, and their qdiscs and the counters' filters with them:
         # no per-tree teardown is needed on this path.
         stages += [

@@ -21,12 +21,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Hashable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 from collapsar.manager.experiment import all_instances, paths_from
-from collapsar.manager.play.player import Player, describe_event, lineages
+from collapsar.manager.play.player import (
+    Player,
+    describe_event,
+    first_paths,
+    guard_changes,
+    lineages,
+    set_all_paths,
+)
 from collapsar.manager.play.scheduler import Fired, try_realtime
+from collapsar.model import Path
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,10 @@ class LivePlayer:
     def lineages(self) -> dict[str, dict[str, Hashable]]:
         """Each pair's bulk changes over the timeline (player.lineages)."""
         return lineages(self._segment.plans)
+
+    def first_paths(self, dsts: AbstractSet[str]) -> dict[str, dict[str, Path]]:
+        """src -> dst -> the first path each of `dsts` gets (player.first_paths)."""
+        return first_paths(self._segment.plans, dsts)
 
     def stop(self) -> None:
         with self._lock:  # a change being applied finishes first; none starts after
@@ -197,13 +210,17 @@ class LivePlayer:
 
     def _apply_diff(self, before, after) -> None:
         instances = all_instances(self.timeline)
+        changes: dict[str, dict[str, Path | None]] = {}
         for src in instances:
             if self.local is not None and src not in self.local:
                 continue
             old, new = paths_from(before, src, instances), paths_from(after, src, instances)
             changed = {dst: path for dst, path in new.items() if old.get(dst) != path}
             if changed:
-                self.actuator.set_paths(src, changed)
+                changes[src] = changed
+        # Who no one reaches is known only where every source is (as in plan_step).
+        cut_off, reached = guard_changes(before, after, changes) if self.local is None else ([], [])
+        set_all_paths(self.actuator, changes, cut_off, reached)
 
     @property
     def lock(self) -> threading.Lock:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -27,8 +28,8 @@ HOT_DESTINATIONS = 32  # destinations given a class of their own in every tree, 
 class Actuator(Protocol):
     """What the player drives.  Optional attributes: `prepare_ahead_ns` (the
     actuator only queues on the step being prepared, so steps may be prepared
-    that long before their time, see Scheduler) and `step_lock` (held from a
-    step's preparation until it has fired)."""
+    that long before their time, see Scheduler), `step_lock` (held from a
+    step's preparation until it has fired) and `guard` (see set_all_paths)."""
 
     def set_paths(self, src: str, paths: dict[str, Path | None]) -> None: ...
     def start_instance(self, instance: str) -> None: ...
@@ -46,6 +47,10 @@ class StepPlan:
     paths: dict[str, dict[str, Path | None]] = field(default_factory=dict)  # src -> dst -> path
     start: list[str] = field(default_factory=list)  # join: start the command
     marks: dict[str, str] = field(default_factory=dict)  # instance -> up | disconnected
+    # Instances no other instance reaches from this step on (guard on), and
+    # those reached again (guard off): collapsar.tcal.guard.
+    cut_off: list[str] = field(default_factory=list)
+    reached: list[str] = field(default_factory=list)
 
     def is_empty(self) -> bool:
         return not (self.stop or self.kill or self.paths or self.start or self.marks)
@@ -84,7 +89,17 @@ def plan_step(prev_state, step, local: set[str] | None = None) -> StepPlan:
     for src, dst in sorted(step.changed):
         if mine(src):
             plan.paths.setdefault(src, {})[dst] = step.state.path(src, dst)
+    if local is None:  # every source is here: who no one reaches is known
+        plan.cut_off, plan.reached = guard_changes(prev_state, step.state, plan.paths)
     return plan
+
+
+def guard_changes(before, after, paths: dict[str, dict[str, Path | None]]) -> tuple[list[str], list[str]]:
+    """Between two states, given the paths that changed (src -> dst ->
+    path): the instances no one reaches any more, and those reached again."""
+    lost = {dst for changed in paths.values() for dst, path in changed.items() if path is None}
+    found = {dst for changed in paths.values() for dst, path in changed.items() if path is not None}
+    return sorted(after.cut_off(lost) - before.cut_off(lost)), sorted(before.cut_off(found))
 
 
 def lineages(plans: Sequence[StepPlan]) -> dict[str, dict[str, Hashable]]:
@@ -137,6 +152,35 @@ def lineages(plans: Sequence[StepPlan]) -> dict[str, dict[str, Hashable]]:
     return {src: {dst: tuple(steps) for dst, steps in dsts.items()} for src, dsts in out.items()}
 
 
+def first_paths(plans: Sequence[StepPlan], dsts: AbstractSet[str]) -> dict[str, dict[str, Path]]:
+    """src -> dst -> the first path to each of `dsts` (instances without
+    one at t=0) that a later step gives it: a class made with it at t=0
+    needs no change when it comes."""
+    out: dict[str, dict[str, Path]] = {}
+    for plan in plans:
+        for src, paths in plan.paths.items():
+            for dst in paths.keys() & dsts:
+                path = paths[dst]
+                if path is not None:
+                    out.setdefault(src, {}).setdefault(dst, path)
+    return out
+
+
+def set_all_paths(
+    actuator: Actuator, paths: dict[str, dict[str, Path | None]], cut_off: list[str], reached: list[str]
+) -> None:
+    """Every source's changed paths.  An actuator with `guard(cut_off,
+    reached)` is told first which instances no one reaches from now on and
+    which are reached again, and calls what that returns (if anything)
+    after the paths: every tree's changes go before a guard is lifted."""
+    guard = getattr(actuator, "guard", None)
+    finish = guard(cut_off, reached) if guard is not None and (cut_off or reached) else None
+    for src, changed in paths.items():
+        actuator.set_paths(src, changed)
+    if finish is not None:
+        finish()
+
+
 def describe_event(event) -> str:
     if isinstance(event, ServiceEvent):
         return f"{event.service} {event.action} [{', '.join(event.targets)}]"
@@ -162,8 +206,7 @@ def apply_plan(plan: StepPlan, actuator: Actuator):
         actuator.kill_instance(instance)
     for instance in plan.stop:
         actuator.stop_instance(instance)
-    for src, paths in plan.paths.items():
-        actuator.set_paths(src, paths)
+    set_all_paths(actuator, plan.paths, plan.cut_off, plan.reached)
     for instance, status in plan.marks.items():
         actuator.mark_instance(instance, status)
     if not plan.start:

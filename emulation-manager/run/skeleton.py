@@ -48,6 +48,7 @@ from collapsar.manager.status.board import StatusBoard, paths_rows
 from collapsar.manager.status.topoview import LiveView
 from collapsar.model import Experiment
 from collapsar.model import Path as NetPath
+from collapsar.tcal.contract import InstanceGuards
 from collapsar.tcal.prepared import PreparedStep
 
 if TYPE_CHECKING:
@@ -93,6 +94,10 @@ class ManagerRun:
         self.instances = all_instances(timeline) if instances is None else instances
         self.netem = needs_netem(timeline_paths(timeline))
         self.cores: dict[str, EmulationCore] = {}
+        # Local mode: each instance's guard (collapsar.tcal.guard), and the
+        # instances cut off by theirs as of the step being prepared.
+        self.guards: InstanceGuards | None = None
+        self.guarded: set[str] = set()
         # Two sides of an instance: its process (absent, up, stopped, crashed,
         # exited(N)) and its network (up, disconnected).
         self.status: dict[str, str] = dict.fromkeys(self.instances, "absent")
@@ -133,7 +138,7 @@ class ManagerRun:
             core = self.cores.get(src)
             if core is None:
                 return  # not on this host, or not shaped yet: shaped when found
-            core.apply(self.known(paths))
+            core.apply(self.known(paths), self.guarded)
             self.paths_version += 1
 
         def mark_all() -> None:
@@ -142,6 +147,25 @@ class ManagerRun:
                     self.meter.mark_paths(src, paths, self.configured_rate)
 
         once_in_force(mark_all)
+
+    def guard(self, cut_off: list[str], reached: list[str]) -> Callable[[], None] | None:
+        """The player's word on who no one reaches (play.player.set_all_paths):
+        with guards, every path to such an instance is cut by its guard, in
+        one message, instead of in each of the other trees."""
+        guards = self.guards
+        if guards is None:
+            return None
+        self.guarded.update(cut_off)
+        self.guarded.difference_update(reached)
+
+        def finish() -> None:
+            with self.paths_lock:
+                for instance in reached:
+                    for core in self.cores.values():
+                        core.unguard(instance)
+            guards.set(cut_off, reached)
+
+        return finish
 
     def known(self, paths: dict[str, NetPath | None]) -> dict[str, NetPath | None]:
         """The destinations a core can be told about (container mode: those

@@ -206,3 +206,59 @@ def test_one_destination_left_without_a_path_is_cut_on_its_own():
     core.apply({"d": None})  # the last one: WHOLE_CUT_FROM (2) not reached in this step
     assert core.tree.calls[1:] == [("cut", ips["b"]), ("cut", ips["c"]), ("cut", ips["d"])]
     assert not core.tree.all_cut
+
+
+def test_a_guarded_destination_is_left_to_its_guard_and_comes_back_without_a_message():
+    core = make_core()
+    core.install({"b": path("a", "b"), "c": path("a", "c")})
+    calls = len(core.tree.calls)
+    core.apply({"b": None}, guarded={"b"})
+    assert len(core.tree.calls) == calls  # the guard cuts b; this tree does nothing
+    assert core.configured() == {"b": None, "c": path("a", "c")}
+    assert core.tree.passes("10.77.0.3")  # its filter still points at its class
+    core.apply({"b": path("a", "b")})
+    assert len(core.tree.calls) == calls  # same values back: nothing to change, nothing to restore
+    assert core.configured()["b"] == path("a", "b")
+
+
+def test_a_guarded_destination_takes_new_values_before_its_guard_is_lifted():
+    core = make_core()
+    core.install({"b": path("a", "b"), "c": path("a", "c")})
+    core.apply({"b": None}, guarded={"b"})
+    core.apply({"b": path("a", "b", rate_bps=2_000_000)})
+    assert core.tree.calls[-1] == ("change_many", {"10.77.0.3": {"rate_bps": 2_000_000}})  # no restore: never cut here
+    core.unguard("b")  # back on its path: unguarding changes nothing
+    assert core.tree.calls[-1][0] == "change_many"
+
+
+def test_a_destination_still_without_a_path_is_cut_here_when_its_guard_goes():
+    core = make_core()
+    core.install({"b": path("a", "b"), "c": path("a", "c")})
+    core.apply({"b": None}, guarded={"b"})
+    core.unguard("b")  # reached again by others, not from a (a partition, say)
+    assert core.tree.calls[-1] == ("cut", "10.77.0.3")
+    assert not core.tree.passes("10.77.0.3")
+    core.apply({"b": path("a", "b")})
+    assert core.tree.calls[-1] == ("restore", "10.77.0.3")
+
+
+def test_guards_and_a_whole_cut_of_this_instance_keep_apart():
+    core = make_core()
+    core.install({"b": path("a", "b"), "c": path("a", "c")})
+    core.apply({"b": None, "c": None}, guarded={"b"})  # a cut off (cut_all) while b's guard is on
+    assert core.tree.calls[-1] == ("cut_all",)
+    core.unguard("b")  # b's guard goes while the whole tree is cut: held by cut_all
+    core.apply({"c": path("a", "c")})  # a back, towards c only: b is cut by its own filter first
+    assert core.tree.calls[-2:] == [("cut", "10.77.0.3"), ("restore_all",)]
+    assert core.tree.passes("10.77.0.4") and not core.tree.passes("10.77.0.3")
+
+
+def test_a_guarded_instance_absent_at_t0_gets_its_future_class_and_joins_without_a_message():
+    core = make_core()
+    future = {"c": path("a", "c", rate_bps=3_000_000)}
+    core.install({"b": path("a", "b"), "c": None}, guarded={"c"}, future=future)
+    assert core.tree.calls == [("setup", ("10.77.0.3", "10.77.0.4"))]  # no cut: its guard holds it
+    assert core.tree.shapings["10.77.0.4"].rate_bps == 3_000_000
+    assert core.configured() == {"b": path("a", "b"), "c": None}
+    core.apply({"c": path("a", "c", rate_bps=3_000_000)})
+    assert core.tree.calls == [("setup", ("10.77.0.3", "10.77.0.4"))]

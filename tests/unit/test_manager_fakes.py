@@ -45,6 +45,10 @@ class FakeState:
     def status(self, instance: str) -> str:
         return "disconnected" if instance in self.disconnected else "up"
 
+    def cut_off(self, candidates) -> set[str]:
+        """As NetworkState.cut_off: those no other instance has a path to."""
+        return {dst for dst in candidates if not any(self.path(src, dst) for src in self.instances if src != dst)}
+
 
 @dataclass
 class FakeStep:

@@ -153,3 +153,44 @@ def test_lineages_cap_the_destinations_singled_out():
 def test_step_weight_counts_sources_and_paths():
     assert _plan({("a", "b"): 1, ("a", "c"): 1, ("b", "a"): None}).weight == 2 * 100 + 3
     assert StepPlan(start=["x"]).weight == 0
+
+
+def test_a_disconnect_and_a_reconnect_name_the_instance_for_its_guard():
+    s0 = FakeState(ABC, full_mesh(ABC))
+    s1 = FakeState(ABC, {k: v for k, v in full_mesh(ABC).items() if "c" not in k}, disconnected={"c"})
+    event = ServiceEvent(9, "c", "disconnect", ("c",))
+    plan = plan_step(s0, timeline_of([(0, (), s0), (9, (event,), s1)]).steps[1])
+    assert (plan.cut_off, plan.reached) == (["c"], [])
+    back = plan_step(s1, timeline_of([(0, (), s1), (9, (), s0)]).steps[1])
+    assert (back.cut_off, back.reached) == ([], ["c"])
+    # Elsewhere the paths say nothing of who others reach: no guard lists.
+    assert plan_step(s0, timeline_of([(0, (), s0), (9, (event,), s1)]).steps[1], local={"a"}).cut_off == []
+
+
+def test_a_partition_that_leaves_each_instance_someone_cuts_no_one_off():
+    s0 = FakeState(ABC, full_mesh(ABC))
+    s1 = FakeState(ABC, {k: v for k, v in full_mesh(ABC).items() if k not in {("a", "c"), ("c", "a")}})
+    event = PartitionEvent(9, (frozenset({"a"}), frozenset({"c"})), "start")
+    plan = plan_step(s0, timeline_of([(0, (), s0), (9, (event,), s1)]).steps[1])
+    assert plan.paths == {"a": {"c": None}, "c": {"a": None}}
+    assert (plan.cut_off, plan.reached) == ([], [])
+
+
+class GuardRecorder(Recorder):
+    def guard(self, cut_off, reached):
+        self.calls.append(("guard", cut_off, reached))
+        return lambda: self.calls.append(("guarded",))
+
+
+def test_the_guard_is_told_before_the_paths_and_finishes_after_them():
+    s0 = FakeState(ABC, full_mesh(ABC))
+    s1 = FakeState(ABC, {k: v for k, v in full_mesh(ABC).items() if "c" not in k}, disconnected={"c"})
+    timeline = timeline_of([(0, (), s0), (100, (ServiceEvent(100, "c", "disconnect", ("c",)),), s1), (200, (), s0)])
+    recorder = GuardRecorder()
+    player = Player(timeline, recorder)
+    player.start()
+    time.sleep(0.3)
+    player.stop()
+    kinds = [call[0] for call in recorder.calls]
+    assert kinds == ["guard", "paths", "paths", "paths", "guarded", "mark"] * 2
+    assert recorder.calls[0] == ("guard", ["c"], []) and recorder.calls[6] == ("guard", [], ["c"])

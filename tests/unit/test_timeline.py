@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from collapsar.collapse import NetworkState
-from collapsar.errors import TopologyError
+from collapsar.errors import CollapsarError, TopologyError
 from collapsar.model import (
     Bridge,
     BridgeEvent,
@@ -284,3 +284,27 @@ def test_bad_link_events_name_the_problem(event, message):
     exp = Experiment(Settings("t"), (Service("a"), Service("b")), (), (LinkSpec("a", "b", p(1), None),), (event,))
     with pytest.raises(TopologyError, match=message):
         build_timeline(exp)
+
+
+def test_cut_off_names_the_instances_no_one_reaches():
+    groups = (frozenset({"client"}), frozenset({"server"}))
+    exp = star(
+        [
+            ServiceEvent(S, "client", "disconnect", ("client-2",)),
+            PartitionEvent(2 * S, groups, "start"),
+            ServiceEvent(3 * S, "client", "leave", ("client",)),
+            ServiceEvent(4 * S, "client", "join", ("client-3",)),
+        ]
+    )
+    steps = build_timeline(exp).steps
+    everyone = ("client", "client-2", "client-3", "server")
+    assert steps[0].state.cut_off(everyone) == {"client-3"}  # not there yet
+    assert steps[1].state.cut_off(everyone) == {"client-2", "client-3"}  # disconnected
+    # The partition leaves client and server each without the other; client
+    # still reaches nobody else (client-2 is disconnected): cut off too.
+    assert steps[2].state.cut_off(everyone) == {"client", "client-2", "client-3", "server"}
+    assert steps[2].state.cut_off(["client-2"]) == {"client-2"}
+    assert steps[3].state.cut_off(everyone) == {"client", "client-2", "client-3", "server"}
+    assert steps[0].state.cut_off([]) == set()
+    with pytest.raises(CollapsarError, match="no instance 'nobody'"):
+        steps[0].state.cut_off(["nobody"])
