@@ -2,8 +2,9 @@
 and to put in force (kernel), with N instances' real trees but nothing else
 running: no commands, no meter, no sharing loop competing for the
 interpreter.  The trees (collapsar.tcal.active, as a run from 100 instances
-uses) sit on veth interfaces in one scratch namespace; each step is
-prepared inside a PreparedStep (queued) and fired at once.
+uses) sit on veth interfaces in one scratch namespace, the guards on their
+peers; each step is prepared inside a PreparedStep (queued) and fired at
+once.
 
 Reports per kind of step the median over --repeat runs of its preparation
 and its application, beside the number of paths it changes.  Needs root.
@@ -26,26 +27,43 @@ from events_bench import topology  # noqa: E402
 
 from collapsar.manager.core import EmulationCore  # noqa: E402
 from collapsar.manager.experiment import all_instances, paths_from  # noqa: E402
-from collapsar.manager.play.player import Player, apply_plan, describe_event, lineages  # noqa: E402
+from collapsar.manager.play.player import Player, apply_plan, describe_event, first_paths, lineages  # noqa: E402
 from collapsar.parser import parse_text  # noqa: E402
 from collapsar.tcal import Shaping  # noqa: E402
 from collapsar.tcal.active import ActiveTcTree  # noqa: E402
+from collapsar.tcal.guard import Guards  # noqa: E402
 from collapsar.tcal.prepared import PreparedStep  # noqa: E402
 from collapsar.timeline import build_timeline  # noqa: E402
 
 
 class Trees:
-    """The player's actuator: path changes to the cores, processes ignored."""
+    """The player's actuator: path changes to the cores, processes ignored;
+    an instance no one reaches is cut by its guard, as a local run does
+    (run/skeleton.py ManagerRun.guard)."""
 
     prepare_ahead_ns = 0
 
-    def __init__(self) -> None:
+    def __init__(self, guards: Guards) -> None:
         self.cores: dict[str, EmulationCore] = {}
+        self.guards = guards
+        self.guarded: set[str] = set()
 
     def set_paths(self, src, paths) -> None:
         core = self.cores.get(src)
         if core is not None:
-            core.apply(paths)
+            core.apply(paths, self.guarded)
+
+    def guard(self, cut_off, reached):
+        self.guarded.update(cut_off)
+        self.guarded.difference_update(reached)
+
+        def finish() -> None:
+            for instance in reached:
+                for core in self.cores.values():
+                    core.unguard(instance)
+            self.guards.set(cut_off, reached)
+
+        return finish
 
     def start_instance(self, instance) -> None: ...
     def stop_instance(self, instance) -> None: ...
@@ -63,13 +81,17 @@ def one_run(extra: int) -> list[tuple[str, int, float, float]]:
     try:
         links = "\n".join(f"link add d{i} type veth peer name q{i}\nlink set d{i} up" for i in range(len(names)))
         subprocess.run(["ip", "-n", ns, "-batch", "-"], input=links, text=True, check=True)
-        trees = Trees()
+        # q{i} stands for instance i's bridge port: its guard goes there.
+        trees = Trees(Guards({name: f"q{i}" for i, name in enumerate(names)}, netns=ns))
         player = Player(timeline, trees)
         groups = lineages(player.plans)
         first = timeline.steps[0].state
+        trees.guarded = first.cut_off(names)
+        trees.guards.set(on=sorted(trees.guarded))
+        future = first_paths(player.plans, trees.guarded)
         for i, name in enumerate(names):
             core = EmulationCore(name, f"d{i}", ns, ip_of, ActiveTcTree, Shaping, netem=False, wire_overhead=True)
-            core.install(paths_from(first, name, names), groups.get(name))
+            core.install(paths_from(first, name, names), groups.get(name), trees.guarded, future.get(name))
             trees.cores[name] = core
         out = []
         for plan, step in zip(player.plans, timeline.steps[1:]):
@@ -84,6 +106,7 @@ def one_run(extra: int) -> list[tuple[str, int, float, float]]:
                 raise SystemExit(f"step at {step.at_us / 1e6:g}s failed: {errors[0]}")
             label = "; ".join(describe_event(e) for e in step.events)
             out.append((label, sum(map(len, plan.paths.values())), prepare_ms, (applied - started) / 1e6))
+        trees.guards.close()
         return out
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)

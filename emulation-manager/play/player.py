@@ -58,8 +58,14 @@ class StepPlan:
     @property
     def weight(self) -> int:
         """About the step's preparation in microseconds (see Scheduler):
-        each source whose paths change, and each path."""
-        return 100 * len(self.paths) + sum(map(len, self.paths.values()))
+        each source whose paths change (100; 30 where they change only
+        towards instances whose guard goes on or off: its tree is not
+        touched), and each path.  Measured at 400 instances: 130 us per
+        source of a link change, 16-47 us per source of a guarded join,
+        disconnect or reconnect."""
+        guarded = set(self.cut_off) | set(self.reached)
+        sources = sum(30 if paths.keys() <= guarded else 100 for paths in self.paths.values())
+        return sources + sum(map(len, self.paths.values()))
 
 
 def plan_step(prev_state, step, local: set[str] | None = None) -> StepPlan:

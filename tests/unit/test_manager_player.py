@@ -153,6 +153,10 @@ def test_lineages_cap_the_destinations_singled_out():
 def test_step_weight_counts_sources_and_paths():
     assert _plan({("a", "b"): 1, ("a", "c"): 1, ("b", "a"): None}).weight == 2 * 100 + 3
     assert StepPlan(start=["x"]).weight == 0
+    # b's guard goes on: a's tree and c's are not touched for it (30 each); b's own is (100).
+    cut_b = _plan({("a", "b"): None, ("c", "b"): None, ("b", "a"): None, ("b", "c"): None})
+    cut_b.cut_off = ["b"]
+    assert cut_b.weight == 30 + 30 + 100 + 4
 
 
 def test_a_disconnect_and_a_reconnect_name_the_instance_for_its_guard():

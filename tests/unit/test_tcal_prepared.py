@@ -142,3 +142,41 @@ def test_run_wakes_a_step_by_its_weight():
     # clock: huge) says how long heavy steps take, not when light ones wake
     assert scheduler.waits[1] == 600_000_000 - 20_000_000
     assert (len(scheduler._ns_per_weight), len(scheduler._preparations)) == (1, 1)  # one of each kind
+
+
+def test_a_heavy_step_too_close_behind_another_is_prepared_with_it_before_either_fires():
+    prepared_at = {}
+    t0 = time.monotonic_ns()
+
+    def step(name, seconds):
+        def callback():
+            time.sleep(seconds)
+            prepared_at[name] = (time.monotonic_ns() - t0) // 1000
+
+        return callback
+
+    # The heavy step's predicted preparation (60,000 x 2.5 us = 150 ms) is
+    # more than the 100 ms between the two: prepared after the light one
+    # fired, it would be 50 ms late.
+    scheduler = Scheduler(
+        [(300_000, "light", step("light", 0.001)), (400_000, "heavy", step("heavy", 0.15))],
+        prepare_ahead_ns=20_000_000,
+        realtime=False,
+        weights=[100, 60_000],
+    )
+    group, wake_ns = scheduler.group(0, t0)
+    assert group == [0, 1] and wake_ns == t0 + 300_000_000 - 20_000_000 - MAX_LEAD_NS
+    log = scheduler.run(t0)
+    assert [f.label for f in log] == ["light", "heavy"]
+    assert prepared_at["heavy"] < 300_000  # before the light one fired
+    assert log[0].started_us >= 300_000 and log[1].started_us >= 400_000
+    assert log[1].lateness_us < 30_000, log  # on time, give or take this host's wake-ups
+    # Far enough apart, each step is prepared on its own.
+    apart = Scheduler(
+        [(300_000, "light", lambda: None), (900_000, "heavy", lambda: None)],
+        prepare_ahead_ns=20_000_000,
+        realtime=False,
+        weights=[100, 60_000],
+    )
+    assert apart.group(0, 0) == ([0], 280_000_000)
+    assert apart.group(1, 0) == ([1], 900_000_000 - MAX_LEAD_NS)  # twice 150 ms, capped
