@@ -263,35 +263,52 @@ def in_vm(args) -> int:
     return run_in_vm(argv, [args.out], budget_s, env=GUEST_ENV, cwd=str(ROOT))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
-    )
-    parser.add_argument("file", nargs="?", type=Path, default=DEFAULT_FILE, help="scenario (default: %(default)s)")
+def bench_options(parser: argparse.ArgumentParser, default_out: Path) -> None:
+    """The options a bench of both systems in the VM takes (this one, flows_bench)."""
     parser.add_argument("--repeat", type=int, default=1, help="runs of each system (default: 1)")
-    parser.add_argument("--settle", default="8s", help="left out at the start of each stage (default: 8s)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=default_out, help="results folder (default: %(default)s)")
     parser.add_argument("--vm", action="store_true", help="measure in the stock-kernel VM (netem)")
     parser.add_argument("--measure-only", action="store_true", help="measure and write raw.json, no summary")
     parser.add_argument("--summarise", action="store_true", help="only summarise the raw.json in --out")
-    args = parser.parse_args(argv)
+
+
+def bench_main(args, name: str, in_vm, measure, summarise) -> int:
+    """Measure (in the VM with --vm), then summarise raw.json on this host:
+    `summarise(raw)` gives the table and other files to write into --out."""
     if args.repeat < 1:
-        parser.error("--repeat must be at least 1")
+        print(f"{name}: --repeat must be at least 1", file=sys.stderr)
+        return 2
     try:
         started = time.monotonic()
         rc = 0 if args.summarise else in_vm(args) if args.vm else measure(args)
         if rc or args.measure_only:
             return rc
-        raw = json.loads((args.out / "raw.json").read_text())
-        table, summary = summarise(raw, parse_file(args.file), parse_duration_us(args.settle) / 1e6)
+        table, files = summarise(json.loads((args.out / "raw.json").read_text()))
         table += f"\nwall time {time.monotonic() - started:.0f} s" + (" (VM boot included)" if args.vm else "")
         (args.out / "table.txt").write_text(table + "\n")
-        (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+        for file_name, text in files.items():
+            (args.out / file_name).write_text(text)
         print(table)
         return 0
     except CollapsarError as error:
-        print(f"fidelity_bench: {error}", file=sys.stderr)
+        print(f"{name}: {error}", file=sys.stderr)
         return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("file", nargs="?", type=Path, default=DEFAULT_FILE, help="scenario (default: %(default)s)")
+    parser.add_argument("--settle", default="8s", help="left out at the start of each stage (default: 8s)")
+    bench_options(parser, DEFAULT_OUT)
+    args = parser.parse_args(argv)
+
+    def summary_files(raw: dict) -> tuple[str, dict[str, str]]:
+        table, summary = summarise(raw, parse_file(args.file), parse_duration_us(args.settle) / 1e6)
+        return table, {"summary.json": json.dumps(summary, indent=1)}
+
+    return bench_main(args, "fidelity_bench", in_vm, measure, summary_files)
 
 
 if __name__ == "__main__":
