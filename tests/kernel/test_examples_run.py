@@ -145,7 +145,13 @@ def test_cloud_egress_buckets_give_a_tail_and_credits_run_out(tmp_path):
             for row in csv.DictReader(handle)
             if (row["src"], row["dst"]) == ("batch", "backup")
         }
-    assert all(abs(batch[t] - 10 * MBPS) <= 0.03 * 10 * MBPS for t in (3, 4, 5)), batch
+    # The meter counts at the egress hook, before the bucket's queue: the
+    # flow's first second counts the queue TCP fills at its start, which
+    # leaves in the next (this host: 11.2-11.4 then 8.4-8.6 Mbit/s in the
+    # seconds ending at 2 and 3).  So whole seconds from 4 s, and over 2-5 s
+    # the mean.
+    assert all(abs(batch[t] - 10 * MBPS) <= 0.03 * 10 * MBPS for t in (4, 5)), batch
+    assert abs(statistics.mean(batch[t] for t in (2, 3, 4, 5)) - 10 * MBPS) <= 0.03 * 10 * MBPS, batch
     assert all(abs(batch[t] - 2 * MBPS) <= 0.05 * 2 * MBPS for t in (7, 8, 9, 10)), batch
     ran_out = min(t for t in batch if t > 2 and batch[t] < 6 * MBPS)  # the second they ran out in ends here
     assert ran_out == 6, batch
