@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from events_bench import topology  # noqa: E402
 
-from collapsar.manager.core import EmulationCore  # noqa: E402
+from collapsar.manager.core import EmulationCore, guard_step  # noqa: E402
 from collapsar.manager.experiment import all_instances, paths_from  # noqa: E402
 from collapsar.manager.play.player import Player, apply_plan, describe_event, first_paths, lineages  # noqa: E402
 from collapsar.parser import parse_text  # noqa: E402
@@ -54,16 +54,7 @@ class Trees:
             core.apply(paths, self.guarded)
 
     def guard(self, cut_off, reached):
-        self.guarded.update(cut_off)
-        self.guarded.difference_update(reached)
-
-        def finish() -> None:
-            for instance in reached:
-                for core in self.cores.values():
-                    core.unguard(instance)
-            self.guards.set(cut_off, reached)
-
-        return finish
+        return guard_step(self.guards, self.guarded, self.cores.values(), cut_off, reached)
 
     def start_instance(self, instance) -> None: ...
     def stop_instance(self, instance) -> None: ...

@@ -19,7 +19,7 @@ and what the tree holds is always `effective(path, override)`.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import cast
 
@@ -385,6 +385,26 @@ class EmulationCore:
     def teardown(self) -> None:
         if self._tree is not None:
             self._tree.teardown()
+
+
+def guard_step(
+    guards: InstanceGuards, guarded: set[str], cores: Iterable[EmulationCore], cut_off: list[str], reached: list[str]
+) -> Callable[[], None]:
+    """A step's guard changes (play.player.set_all_paths), for a run whose
+    cores are all here: `guarded` (what the cores' `apply` leaves to the
+    guards) takes them now, before the paths; the returned finish, called
+    after the paths, has each core cut a reached instance it still has no
+    path to, then turns the guards on and off."""
+    guarded.update(cut_off)
+    guarded.difference_update(reached)
+
+    def finish() -> None:
+        for instance in reached:
+            for core in cores:
+                core.unguard(instance)
+        guards.set(cut_off, reached)
+
+    return finish
 
 
 class RealTcal:

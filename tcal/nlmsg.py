@@ -216,8 +216,9 @@ def qdisc_delete(ifindex: int, handle: int, parent: int) -> bytes:
 # --- u32 -----------------------------------------------------------------
 
 
-def _filter_info() -> int:
-    return (U32_FILTER_PRIO << 16) | socket.htons(ETH_P_IP)
+def _filter_info(prio: int = U32_FILTER_PRIO) -> int:
+    """A filter's priority and protocol (IPv4) as tcm_info holds them."""
+    return (prio << 16) | socket.htons(ETH_P_IP)
 
 
 def _selector(keys: list[tuple[int, int, int]], flags: int = 0, hmask: int = 0, hoff: int = 0) -> bytes:
@@ -302,13 +303,13 @@ def bpf_filter(ifindex: int, parent: int, prio: int, handle: int, prog_fd: int, 
     value is the verdict."""
     opts = u32_attr(TCA_BPF_FD, prog_fd) + attr(TCA_BPF_NAME, name.encode() + b"\0")
     opts += u32_attr(TCA_BPF_FLAGS, TCA_BPF_FLAG_ACT_DIRECT)
-    head = tcmsg(ifindex, handle, parent, (prio << 16) | socket.htons(ETH_P_IP))
+    head = tcmsg(ifindex, handle, parent, _filter_info(prio))
     return head + kind("bpf") + attr(TCA_OPTIONS, opts)
 
 
 def filter_prio_delete(ifindex: int, parent: int, prio: int) -> bytes:
     """Every IPv4 filter of one priority under `parent`, deleted."""
-    return tcmsg(ifindex, 0, parent, (prio << 16) | socket.htons(ETH_P_IP))
+    return tcmsg(ifindex, 0, parent, _filter_info(prio))
 
 
 # --- parsing (error replies, tests) -----------------------------------------

@@ -26,7 +26,7 @@ from collapsar.tcal.prepared import PreparedStep, preload
 
 SPIN_WINDOW_NS = 2_000_000  # wake this early, then close in on the deadline
 MAX_LEAD_NS = 250_000_000  # the longest a step is prepared ahead (the hold, and so the sharing loop, waits that long)
-# Steps prepared together (see Scheduler.groups) are prepared at most this
+# Steps prepared together (see Scheduler.group) are prepared at most this
 # long before the first of them fires.
 MAX_GROUP_LEAD_NS = 2 * MAX_LEAD_NS
 LEAD_HISTORY = 8  # steps whose preparation times set the next step's lead

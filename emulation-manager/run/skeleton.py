@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from collapsar.errors import CollapsarError
-from collapsar.manager.core import EmulationCore, needs_netem
+from collapsar.manager.core import EmulationCore, guard_step, needs_netem
 from collapsar.manager.experiment import all_instances, timeline_paths
 from collapsar.manager.measure.series import SeriesWriter
 from collapsar.manager.play.live import LivePlayer
@@ -152,20 +152,15 @@ class ManagerRun:
         """The player's word on who no one reaches (play.player.set_all_paths):
         with guards, every path to such an instance is cut by its guard, in
         one message, instead of in each of the other trees."""
-        guards = self.guards
-        if guards is None:
+        if self.guards is None:
             return None
-        self.guarded.update(cut_off)
-        self.guarded.difference_update(reached)
+        finish = guard_step(self.guards, self.guarded, self.cores.values(), cut_off, reached)
 
-        def finish() -> None:
-            with self.paths_lock:
-                for instance in reached:
-                    for core in self.cores.values():
-                        core.unguard(instance)
-            guards.set(cut_off, reached)
+        def locked() -> None:
+            with self.paths_lock:  # the cores' cuts: the status API reads them meanwhile
+                finish()
 
-        return finish
+        return locked
 
     def known(self, paths: dict[str, NetPath | None]) -> dict[str, NetPath | None]:
         """The destinations a core can be told about (container mode: those

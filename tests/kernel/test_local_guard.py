@@ -5,9 +5,9 @@ again once reconnected."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 
+from netns_helpers import sh
 from test_local_support import Cli, read_json, run_id_of
 
 from collapsar.manager.addressing import INSTANCE_IFNAME
@@ -32,11 +32,6 @@ events:
 """
 
 
-def _tc(*argv: str, ns: str | None = None) -> str:
-    prefix = ["ip", "netns", "exec", ns] if ns else []
-    return subprocess.run([*prefix, "tc", *argv], check=True, text=True, capture_output=True).stdout
-
-
 def test_a_disconnected_instance_is_cut_off_by_its_guard_alone(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -54,8 +49,8 @@ def test_a_disconnected_instance_is_cut_off_by_its_guard_alone(tmp_path):
         by_name = {i["name"]: i for i in plan["instances"]}
         target, prober = by_name["target"], by_name["prober"]
         time.sleep(max(0.0, t0 + 2.5 - time.time()))  # in the middle of the disconnection
-        guard = _tc("filter", "show", "dev", target["veth"], "egress")
-        prober_tree = _tc("filter", "show", "dev", INSTANCE_IFNAME, ns=prober["netns"])
+        guard = sh("tc", "filter", "show", "dev", target["veth"], "egress").stdout
+        prober_tree = sh("tc", "filter", "show", "dev", INSTANCE_IFNAME, ns=prober["netns"]).stdout
         code, lines, stderr = cli.finish(60)
     finally:
         cli.kill()

@@ -4,7 +4,7 @@ lifts it in one, and leaves nothing behind."""
 
 import pytest
 from netns_helpers import sh
-from tcal_traffic import ping_loss, send_udp
+from tcal_traffic import ping_loss, qdisc_kinds, send_udp
 
 from collapsar.errors import KernelError
 from collapsar.tcal.guard import Guards
@@ -14,8 +14,8 @@ def _egress_filters(ns: str, dev: str) -> str:
     return sh("tc", "filter", "show", "dev", dev, "egress", ns=ns).stdout
 
 
-def _qdisc_kinds(ns: str, dev: str) -> list[str]:
-    return [line.split()[1] for line in sh("tc", "qdisc", "show", "dev", dev, ns=ns).stdout.splitlines()]
+def _kinds(pair) -> list[str]:
+    return [kind for kind, _, _ in qdisc_kinds(pair.src_ns, pair.src_if)]
 
 
 def _sent_packets(ns: str, dev: str) -> int:
@@ -31,7 +31,7 @@ def test_a_guard_cuts_every_ipv4_packet_to_its_instance_and_is_lifted_whole(make
         assert ping_loss(pair.src_ns, pair.dst_ips[0]) == 0
         guards.set(on=["d"])
         assert guards.on == {"d"}
-        assert "clsact" in _qdisc_kinds(pair.src_ns, pair.src_if)
+        assert "clsact" in _kinds(pair)
         text = _egress_filters(pair.src_ns, pair.src_if)
         assert "protocol ip" in text and "cx_guard" in text and "direct-action" in text
         for ip in pair.dst_ips:  # every address of the instance
@@ -55,7 +55,7 @@ def test_a_guard_cuts_every_ipv4_packet_to_its_instance_and_is_lifted_whole(make
         assert ping_loss(pair.src_ns, pair.dst_ips[1], count=2) == 1.0
     finally:
         guards.close()
-    assert "clsact" not in _qdisc_kinds(pair.src_ns, pair.src_if)
+    assert "clsact" not in _kinds(pair)
     assert ping_loss(pair.src_ns, pair.dst_ips[0]) == 0
     guards.close()  # a second close does nothing
 
@@ -68,7 +68,7 @@ def test_a_clsact_someone_else_made_is_used_and_left_in_place(make_netns_pair):
     assert guards.on == {"d"}
     assert ping_loss(pair.src_ns, pair.dst_ips[0], count=2) == 1.0
     guards.close()
-    assert "clsact" in _qdisc_kinds(pair.src_ns, pair.src_if)  # not ours to delete
+    assert "clsact" in _kinds(pair)  # not ours to delete
     assert "cx_guard" not in _egress_filters(pair.src_ns, pair.src_if)
     assert ping_loss(pair.src_ns, pair.dst_ips[0]) == 0
 
