@@ -173,7 +173,7 @@ def measure(args) -> int:
     raw: dict = {"file": str(args.file), "flows": flows, "stages": stages, "runs": []}
     args.out.mkdir(parents=True, exist_ok=True)
     for number in range(args.repeat):
-        for system in SYSTEMS:
+        for system in args.systems:
             started = time.monotonic()
             where = args.out / f"{system}-{number + 1}"
             if where.exists():  # a previous measurement's: its logs would be appended to
@@ -253,13 +253,39 @@ def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, 
     return "\n".join(lines), summary
 
 
+def systems_list(text: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [name for name in chosen if name not in SYSTEMS]
+    if not chosen or unknown:
+        raise argparse.ArgumentTypeError(f"expected some of {', '.join(SYSTEMS)}, got {text!r}")
+    return chosen
+
+
+def write_variant(file: Path, settings: list[str], out: Path) -> Path:
+    """The scenario with each PATH=VALUE of `settings` set, as OUT/scenario.yaml
+    (checked by the parser before anything runs)."""
+    from collapsar.sweep import parse_sweep, variant
+
+    text = file.read_text()
+    for setting in settings:
+        sweep = parse_sweep(setting)
+        if len(sweep.values) != 1:
+            raise CollapsarError(f"--set {setting}: expected one value")
+        text = variant(text, sweep, sweep.values[0])
+    out.mkdir(parents=True, exist_ok=True)
+    written = out / "scenario.yaml"
+    written.write_text(f"# {file} with {'; '.join(settings)}\n{text}")
+    parse_file(written)
+    return written
+
+
 def in_vm(args) -> int:
     from collapsar.vm import run_in_vm
 
     args.out.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, str(Path(__file__).resolve()), "--measure-only", "--repeat", str(args.repeat)]
-    argv += ["--out", str(args.out.resolve()), str(args.file.resolve())]
-    budget_s = 600 + args.repeat * 2 * 400
+    argv += ["--systems", ",".join(args.systems), "--out", str(args.out.resolve()), str(args.file.resolve())]
+    budget_s = 600 + args.repeat * len(args.systems) * 400
     return run_in_vm(argv, [args.out], budget_s, env=GUEST_ENV, cwd=str(ROOT))
 
 
@@ -301,8 +327,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("file", nargs="?", type=Path, default=DEFAULT_FILE, help="scenario (default: %(default)s)")
     parser.add_argument("--settle", default="8s", help="left out at the start of each stage (default: 8s)")
+    parser.add_argument(
+        "--systems",
+        type=systems_list,
+        default=SYSTEMS,
+        help="which to run, comma-separated (default: collapsar,reference)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="run a variant of the scenario with one property set, as `collapsar run --sweep` names it\n"
+        "(e.g. experiment.congestion-control=reno); repeatable; the variant is written to OUT/scenario.yaml",
+    )
     bench_options(parser, DEFAULT_OUT)
     args = parser.parse_args(argv)
+    if args.set and not args.summarise:
+        try:
+            args.file = write_variant(args.file, args.set, args.out)
+        except CollapsarError as error:
+            print(f"fidelity_bench: {error}", file=sys.stderr)
+            return 2
+    elif args.set:
+        args.file = args.out / "scenario.yaml"
 
     def summary_files(raw: dict) -> tuple[str, dict[str, str]]:
         table, summary = summarise(raw, parse_file(args.file), parse_duration_us(args.settle) / 1e6)

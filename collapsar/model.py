@@ -37,6 +37,10 @@ PathMetric = Literal["latency", "hops"]
 DEFAULT_PERIOD_US = 50_000
 
 
+CongestionControl = Literal["reno", "cubic", "bbr"]
+CONGESTION_CONTROLS: tuple[CongestionControl, ...] = ("reno", "cubic", "bbr")
+
+
 @dataclass(frozen=True)
 class Settings:
     """The `experiment:` block."""
@@ -50,6 +54,10 @@ class Settings:
     wire_overhead: bool = True
     # Jitter keeps packets in order on every link that does not say (`in-order`).
     in_order: bool = False
+    # The TCP congestion control every instance uses (net.ipv4.tcp_congestion_control
+    # in its namespace or container); None: the host's default.  The sharing model
+    # weighs flows by it (collapsar.manager.sharing.model.RTT_EXPONENT).
+    congestion_control: CongestionControl | None = None
     where: Where | None = None
 
 

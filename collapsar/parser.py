@@ -22,6 +22,7 @@ from collapsar.cpuspeed import parse_cpu_speed, speed_problem
 from collapsar.errors import Problem, TopologyError, Where
 from collapsar.linktraces.compile import compile_traces
 from collapsar.model import (
+    CONGESTION_CONTROLS,
     DEFAULT_PERIOD_US,
     Bridge,
     CommandOrigin,
@@ -44,7 +45,7 @@ from collapsar.units import parse_duration_us, parse_size_bytes
 from collapsar.yamlsrc import Node, load
 
 TOP_KEYS = ("experiment", "services", "bridges", "links", "events")
-SETTINGS_KEYS = ("name", "period", "paths", "seed", "wire-overhead", "in-order")
+SETTINGS_KEYS = ("name", "period", "paths", "seed", "wire-overhead", "in-order", "congestion-control")
 SERVICE_KEYS = (
     "command",
     "workload",
@@ -162,6 +163,10 @@ def _settings(report: Report, root: Node, source: str) -> Settings:
         "seed": ("seed", lambda n, label: pc.integer(report, n, label, 0, 2**63 - 1)),
         "wire-overhead": ("wire_overhead", lambda n, label: pc.boolean(report, n, label)),
         "in-order": ("in_order", lambda n, label: pc.boolean(report, n, label)),
+        "congestion-control": (
+            "congestion_control",
+            lambda n, label: pc.choice(report, n, label, CONGESTION_CONTROLS),
+        ),
     }
     for key, (field_name, read) in readers.items():
         if key in fields:

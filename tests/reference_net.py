@@ -100,7 +100,18 @@ class ReferenceNet:
             etc.mkdir(parents=True)
             self._etc_dirs.append(etc)
             (etc / "hosts").write_text(self.plan.hosts_text())
-            _run(["ip", "netns", "exec", node.netns, "sysctl", "-q", "-w", *_sysctls(node.kind)])
+            _run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    node.netns,
+                    "sysctl",
+                    "-q",
+                    "-w",
+                    *_sysctls(node.kind, self.plan.congestion_control),
+                ]
+            )
         _batch(
             ["ip"],
             [
@@ -270,10 +281,11 @@ class ReferenceNet:
             raise CollapsarError("reference network teardown: " + "; ".join(problems))
 
 
-def _sysctls(kind: str) -> list[str]:
+def _sysctls(kind: str, congestion_control: str | None) -> list[str]:
     # rp_filter off: routes may differ per direction.  default.* before any veth
     # exists, so the veths inherit it.  No IPv6: no router solicitations in the queues.
-    values = {
+    # The experiment's TCP congestion control where TCP ends (instances), as Collapsar sets it.
+    values: dict[str, object] = {
         "net.ipv4.ip_forward": 1 if kind == "bridge" else 0,
         "net.ipv4.conf.all.rp_filter": 0,
         "net.ipv4.conf.default.rp_filter": 0,
@@ -282,6 +294,8 @@ def _sysctls(kind: str) -> list[str]:
         "net.ipv6.conf.all.disable_ipv6": 1,
         "net.ipv6.conf.default.disable_ipv6": 1,
     }
+    if congestion_control is not None and kind != "bridge":
+        values["net.ipv4.tcp_congestion_control"] = congestion_control
     return [f"{key}={value}" for key, value in values.items()]
 
 

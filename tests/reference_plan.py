@@ -135,6 +135,7 @@ class ReferencePlan:
     tag: str
     wire_overhead: bool
     nodes: dict[str, Node]
+    congestion_control: str | None  # set in every instance's namespace; None: the host's default
     veths: tuple[tuple[str, str, str], ...]  # (ifname, node a, node b)
     hops: tuple[Hop, ...]
     routes: tuple[Route, ...]
@@ -257,6 +258,7 @@ def plan_reference(experiment: Experiment, tag: str, subnet: str = DEFAULT_SUBNE
         tag=tag,
         wire_overhead=overhead,
         nodes=nodes,
+        congestion_control=experiment.settings.congestion_control,
         veths=tuple(sorted(veths, key=lambda v: int(v[0][1:]))),
         hops=hops,
         routes=plan_routes(paths, {h.link_id: h for h in hops}, nodes),

@@ -22,6 +22,37 @@ from collapsar.manager.nsexec import InNetns, create_netns
 from collapsar.manager.run.stages import StageClock
 
 HOSTS_ROOT = Path("/etc/netns")  # where `ip netns exec` looks for per-namespace files
+CONGESTION_CONTROL = "/proc/sys/net/ipv4/tcp_congestion_control"  # per network namespace
+AVAILABLE_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+MODULES = Path("/lib/modules")
+
+
+def check_congestion_control(name: str) -> None:
+    """Before anything is built: the kernel has `name`, or can load it (root
+    loads tcp_<name> when a namespace asks for it)."""
+    available = AVAILABLE_CONTROLS.read_text().split()
+    if name in available:
+        return
+    release = os.uname().release
+    module = MODULES / release / "kernel/net/ipv4"
+    if not any(module.glob(f"tcp_{name}.ko*")):
+        raise KernelError(
+            f"experiment: congestion-control: {name}: this kernel ({release}) has no tcp_{name} "
+            f"(available: {' '.join(available)}); fix: a kernel with CONFIG_TCP_CONG_{name.upper()}, "
+            f"or leave the key out to use the host's default"
+        )
+
+
+def set_congestion_control(netns: str, name: str) -> None:
+    """TCP in the namespace uses `name` (a new namespace starts with the host's default)."""
+    with InNetns(netns):
+        fd = os.open(CONGESTION_CONTROL, os.O_WRONLY)
+    try:
+        os.write(fd, name.encode())
+    except OSError as error:
+        raise KernelError(f"netns {netns}: cannot set tcp_congestion_control to {name}: {error}") from None
+    finally:
+        os.close(fd)
 
 
 def hosts_file(netns: str) -> Path:
@@ -31,9 +62,10 @@ def hosts_file(netns: str) -> Path:
 class HostNetwork:
     """Builds (and knows) the bridge and namespaces of one run."""
 
-    def __init__(self, plan: NetworkPlan, journal: Journal):
+    def __init__(self, plan: NetworkPlan, journal: Journal, congestion_control: str | None = None):
         self.plan = plan
         self.journal = journal
+        self.congestion_control = congestion_control
         self._ipr = IPRoute()
         self._bridge_index: int | None = None
 
@@ -68,6 +100,9 @@ class HostNetwork:
         except OSError as error:
             raise KernelError(f"instance {net.instance}: cannot create netns {net.netns}: {error}") from None
         self.journal.record("netns_inode", name=net.netns, inode=inode)
+        if self.congestion_control is not None:
+            with clock.item("network: congestion control"):
+                set_congestion_control(net.netns, self.congestion_control)
         with clock.item("network: hosts file"):
             self._write_hosts(net.netns, hosts_text)
         self.journal.record("veth", name=net.host_veth, instance=net.instance)
@@ -112,6 +147,8 @@ class HostNetwork:
     def build(self, clock: StageClock | None = None) -> None:
         """The bridge, then each instance (timed per instance on `clock`)."""
         clock = clock or StageClock()
+        if self.congestion_control is not None:
+            check_congestion_control(self.congestion_control)
         self.build_bridge()
         hosts_text = self.plan.hosts_text()
         for net in self.plan.instances:

@@ -165,7 +165,7 @@ class LocalRun(ManagerRun):
         journal = self.rundir.journal
         clock = StageClock()
         with clock.stage("network"):
-            self.host_net = HostNetwork(self.plan, journal)
+            self.host_net = HostNetwork(self.plan, journal, self.experiment.settings.congestion_control)
             self.host_net.build(clock)
         if self.runtime.groups is not None:
             with clock.stage("limits"):

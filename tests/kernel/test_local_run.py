@@ -18,8 +18,12 @@ from collapsar.manager.play.scheduler import percentile
 
 GOODPUT_SHARE = 1448 / 1538  # TCP goodput of an Ethernet link at MTU 1500 (TCAL wire overhead)
 
+# Not the host's default, so the run's setting shows in every instance's TCP.
+HOST_CC = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+CHOSEN_CC = "cubic" if HOST_CC == "reno" else "reno"
+
 TOPOLOGY = """\
-experiment: {{name: local-basic}}
+experiment: {{name: local-basic, congestion-control: {cc}}}
 services:
   fast: {{command: [iperf3, -s, -1, -p, "5201"]}}
   slow: {{command: [iperf3, -s, -1, -p, "5202"]}}
@@ -58,7 +62,7 @@ def run(tmp_path_factory):
         tmp = tmp_path_factory.mktemp("local")
         out = tmp / "out"
         out.mkdir()
-        (tmp / "basic.yaml").write_text(TOPOLOGY.format(out=out))
+        (tmp / "basic.yaml").write_text(TOPOLOGY.format(out=out, cc=CHOSEN_CC))
         cli = Cli(
             "run",
             str(tmp / "basic.yaml"),
@@ -148,6 +152,13 @@ def test_htb_holds_each_destinations_rate(run):
     for measured, rate_bps in ((fast, 40e6), (slow, 10e6)):
         expected = rate_bps * GOODPUT_SHARE
         assert 0.80 * expected < measured < 1.03 * expected, (measured, expected)
+
+
+def test_every_instance_uses_the_experiments_congestion_control(run):
+    # iperf3 reports what the kernel gave its connection, at both ends (client and server instances).
+    for name in ("fast.json", "slow.json"):
+        end = json.loads((run["out"] / name).read_text())["end"]
+        assert (end["sender_tcp_congestion"], end["receiver_tcp_congestion"]) == (CHOSEN_CC, CHOSEN_CC), HOST_CC
 
 
 def test_commands_start_at_t0_once_sharing_and_counters_are_up(run):

@@ -40,10 +40,14 @@ def test_settings():
           paths: hops
           seed: 7
           wire-overhead: false
+          congestion-control: reno
         """)
         + MINIMAL
     )
-    assert experiment.settings == Settings("geo-1", 20_000, "hops", 7, False, where=Where("t.yaml", 2))
+    assert experiment.settings == Settings(
+        "geo-1", 20_000, "hops", 7, False, congestion_control="reno", where=Where("t.yaml", 2)
+    )
+    assert parse(MINIMAL).settings.congestion_control is None  # the host's default
 
 
 def test_service_keys():

@@ -83,7 +83,8 @@ CASES = [
     ),
     (
         "settings",
-        "experiment: {name: -x, period: 0.5ms, paths: hop, seed: -1, wire-overhead: 1, sed: 4}\n" + BASE,
+        "experiment: {name: -x, period: 0.5ms, paths: hop, seed: -1, wire-overhead: 1, sed: 4,\n"
+        "  congestion-control: Cubic}\n" + BASE,
         [
             "t.yaml:1: experiment: unknown key 'sed' (did you mean 'seed'?)",
             "t.yaml:1: experiment: name: '-x' is not a valid name: use letters, digits and '-', "
@@ -92,6 +93,8 @@ CASES = [
             "t.yaml:1: experiment: paths: expected latency or hops, got 'hop' (did you mean 'hops'?)",
             "t.yaml:1: experiment: seed: expected a whole number from 0 to 9223372036854775807, got '-1'",
             "t.yaml:1: experiment: wire-overhead: expected true or false, got '1'",
+            "t.yaml:2: experiment: congestion-control: expected reno or cubic or bbr, got 'Cubic' "
+            "(did you mean 'cubic'?)",
         ],
     ),
     (

@@ -135,3 +135,14 @@ def test_sources_that_tie_differently_get_their_own_tables():
     assert routes[("A", 0, None)] == (d, nodes["X"].ip, "l1")
     assert routes[("P", 0, None)] == (d, d, "l5")
     assert not [key for key in routes if key[0] == "X" and key[1] == 0]
+
+
+def test_the_congestion_control_is_set_where_tcp_ends():
+    from reference_net import _sysctls
+
+    assert plan().congestion_control is None
+    chosen = plan(CHAIN.replace("{name: chain}", "{name: chain, congestion-control: reno}"))
+    assert chosen.congestion_control == "reno"
+    assert "net.ipv4.tcp_congestion_control=reno" in _sysctls("instance", "reno")
+    assert not [s for s in _sysctls("bridge", "reno") if "congestion" in s]  # bridges only forward
+    assert not [s for s in _sysctls("instance", None) if "congestion" in s]  # the host's default
