@@ -164,6 +164,7 @@ def run_reference(file: Path, out: Path) -> Path:
 
 
 def measure(args) -> int:
+    from collapsar.model import host_congestion_control
     from collapsar.tcal import check_kernel
 
     experiment = parse_file(args.file)
@@ -171,6 +172,9 @@ def measure(args) -> int:
     check_kernel(need_netem=any(props.needs_netem for props in directions))
     flows, stages = flows_of(experiment), stages_of(flows_of(experiment))
     raw: dict = {"file": str(args.file), "flows": flows, "stages": stages, "runs": []}
+    # What TCP used where the runs ran (the model weighs flows for it): the
+    # experiment's, or the kernel's default that every new namespace starts with.
+    raw["congestion_control"] = experiment.settings.congestion_control or host_congestion_control()
     args.out.mkdir(parents=True, exist_ok=True)
     for number in range(args.repeat):
         for system in args.systems:
@@ -190,7 +194,10 @@ def measure(args) -> int:
 # ---- the summary (on the host) ------------------------------------------------------
 
 
-def model_rates(experiment: Experiment, flows: list[dict], stages) -> dict:
+def model_rates(experiment: Experiment, flows: list[dict], stages, rtt_exponent: float) -> tuple[dict, dict]:
+    """Per stage: each active flow's share (weights RTT^-rtt_exponent), and
+    each link the model fills (its flows' shares add up to its capacity):
+    "a -> b" -> its flows."""
     from reference_plan import with_joiners
 
     from collapsar.collapse import collapse
@@ -198,7 +205,7 @@ def model_rates(experiment: Experiment, flows: list[dict], stages) -> dict:
 
     state = collapse(with_joiners(experiment))
     capacity = {i: link.props.rate_bps for i, link in state.links.items()}
-    rates = {}
+    rates, full = {}, {}
     for k, stage in enumerate(stages):
         wanted = []
         for flow in active(flows, stage):
@@ -207,26 +214,38 @@ def model_rates(experiment: Experiment, flows: list[dict], stages) -> dict:
             # Greedy flows; a path without delay counts as 1 us (the model needs an RTT above 0).
             rtt_us = max(path.rtt_hint_us, 1)
             wanted.append(Flow(flow["client"], path.link_ids, rtt_us, path.rate_bps, 10**12))
-        rates[str(k)] = dict(share(wanted, capacity).rate_bps)
-    return rates
+        rates[str(k)] = dict(share(wanted, capacity, rtt_exponent).rate_bps)
+        full[str(k)] = {}
+        for link_id in sorted({i for f in wanted for i in f.link_ids}):
+            on = [f.flow_id for f in wanted if link_id in f.link_ids]
+            cap = capacity[link_id]
+            if cap and len(on) > 1 and sum(rates[str(k)][c] or 0 for c in on) >= 0.999 * cap:
+                link = state.links[link_id]
+                full[str(k)][f"{link.src} -> {link.dst}"] = on
+    return rates, full
 
 
 def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, dict]:
+    from collapsar.manager.sharing.model import rtt_exponent
     from collapsar.report.aggregate import stats
 
     stages = [tuple(s) for s in raw["stages"]]
-    model = model_rates(experiment, raw["flows"], stages)
+    # Measurements before the field was recorded ran in the VM, whose kernel defaults to cubic.
+    control = raw.get("congestion_control") or "cubic"
+    model, full = model_rates(experiment, raw["flows"], stages, rtt_exponent(control))
     goodput = GOODPUT_PER_RATE[experiment.settings.wire_overhead]
     for run in raw["runs"]:
         run["rates"] = stage_rates(run["series"], raw["flows"], stages, settle_s)
     lines = [
         f"{raw['file']}: settled part from {settle_s:g} s into each stage; Mbit/s; "
         f"mean [95% interval] over {sum(r['system'] == 'collapsar' for r in raw['runs'])} run(s); "
-        f"err: against the model's share as TCP goodput (x {goodput:.4f})",
-        f"{'stage':>5} {'flow':>5} {'model':>7} | {'collapsar':>26} {'err':>6} | {'reference':>26} {'err':>6}",
+        f"err: against the model's share as TCP goodput (x {goodput:.4f}); "
+        f"model weights RTT^-{rtt_exponent(control):g} ({control})",
+        f"{'stage':>5} {'flow':>5} {'model':>7} | {'collapsar':>26} {'err':>6} | {'reference':>26} {'err':>6} | inside",
     ]
     summary: dict = {}
     errors: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+    inside = []
     for k in range(len(stages)):
         for client, allowed in model[str(k)].items():
             row = {"model_bps": allowed, "model_goodput_bps": None if allowed is None else allowed * goodput}
@@ -241,9 +260,16 @@ def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, 
                 err = got["mean"] / (allowed * goodput) - 1
                 errors[system].append(abs(err))
                 cells.append(f"{got['mean'] / 1e6:7.3f} [{ci[0] / 1e6:7.3f}, {ci[1] / 1e6:7.3f}] {err:+6.1%}")
+            row["inside"] = _inside(row["collapsar"], row["reference"])
+            if row["inside"] is not None:
+                inside.append(row["inside"])
             summary[f"{k + 1}/{client}"] = row
             model_text = f"{allowed / 1e6:7.3f}" if allowed else "      -"
-            lines.append(f"{k + 1:>5} {client:>5} {model_text} | {cells[0]} | {cells[1]}")
+            mark = {True: "yes", False: "no", None: "-"}[row["inside"]]
+            lines.append(f"{k + 1:>5} {client:>5} {model_text} | {cells[0]} | {cells[1]} | {mark}")
+    if inside:
+        lines.append(f"Collapsar's mean inside the reference's interval: {sum(inside)} of {len(inside)}")
+    lines += _utilisation(raw, full, summary)
     for system, errs in errors.items():
         if errs:
             errs.sort()
@@ -251,6 +277,46 @@ def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, 
     took = {s: sum(r["took_s"] for r in raw["runs"] if r["system"] == s) for s in SYSTEMS}
     lines.append("run time: " + ", ".join(f"{s} {t:.0f} s" for s, t in took.items()))
     return "\n".join(lines), summary
+
+
+def _inside(collapsar: dict | None, reference: dict | None) -> bool | None:
+    if not collapsar or not reference or not reference["ci95"]:
+        return None
+    low, high = reference["ci95"]
+    return low <= collapsar["mean"] <= high
+
+
+def _utilisation(raw: dict, full: dict, summary: dict) -> list[str]:
+    """Per stage, each link the model fills: the total its flows carried (mean
+    over runs) in each system, and Collapsar's against the reference's."""
+    from collapsar.report.aggregate import stats
+
+    lines = ["bottleneck totals (Mbit/s, mean [95% interval]); collapsar against reference:"]
+    for k, links in full.items():
+        for name, clients in links.items():
+            got = {}
+            for system in SYSTEMS:
+                totals = []
+                for run in raw["runs"]:
+                    values = [run["rates"][k].get(c) for c in clients]
+                    if run["system"] == system and None not in values:
+                        totals.append(sum(values))
+                got[system] = stats(totals)
+            summary[f"{int(k) + 1}/{name}"] = got
+            cells = [
+                f"{g['mean'] / 1e6:7.3f} [{(g['ci95'] or [g['mean']] * 2)[0] / 1e6:7.3f}, "
+                f"{(g['ci95'] or [g['mean']] * 2)[1] / 1e6:7.3f}]"
+                if g
+                else f"{'-':>25}"
+                for g in got.values()
+            ]
+            ratio = (
+                f"{got['collapsar']['mean'] / got['reference']['mean'] - 1:+6.1%}"
+                if got["collapsar"] and got["reference"]
+                else ""
+            )
+            lines.append(f"{int(k) + 1:>5} {name:>12} | {cells[0]} | {cells[1]} | {ratio}")
+    return lines if len(lines) > 1 else []
 
 
 def systems_list(text: str) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ Vocabulary:
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 from collections.abc import Mapping
@@ -39,6 +40,17 @@ DEFAULT_PERIOD_US = 50_000
 
 CongestionControl = Literal["reno", "cubic", "bbr"]
 CONGESTION_CONTROLS: tuple[CongestionControl, ...] = ("reno", "cubic", "bbr")
+HOST_CONGESTION_CONTROL = "/proc/sys/net/ipv4/tcp_congestion_control"
+
+
+@functools.cache
+def host_congestion_control() -> str | None:
+    """The congestion control this host's new network namespaces start with (its default)."""
+    try:
+        with open(HOST_CONGESTION_CONTROL) as file:
+            return file.read().strip()
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ def _labels(options: DeployOptions, role: str, service: str | None = None) -> di
     return labels
 
 
-def _instance_base(service: Service, options: DeployOptions) -> dict:
+def _instance_base(service: Service, options: DeployOptions, congestion_control: str | None) -> dict:
     where = f"{service.where}: " if service.where else ""
     check_service_name(service.name, where)
     spec: dict = {"image": service.image or options.node_image}
@@ -154,6 +154,8 @@ def _instance_base(service: Service, options: DeployOptions) -> dict:
         spec["working_dir"] = literal(service.workdir)
     spec["labels"] = _labels(options, "instance", service.name)
     spec["networks"] = [NETWORK]
+    if congestion_control is not None:  # per network namespace: Docker sets it in the container's
+        spec["sysctls"] = {"net.ipv4.tcp_congestion_control": congestion_control}
     return spec
 
 
@@ -165,7 +167,7 @@ def swarm_stack(experiment: Experiment, replicas: dict[str, int], options: Deplo
     check_mode(experiment, "swarm")  # no cpuset nor cpu-speed: a Swarm service has neither
     services: dict[str, dict] = {}
     for service in experiment.services:
-        spec = _instance_base(service, options)
+        spec = _instance_base(service, options, experiment.settings.congestion_control)
         deploy: dict = {
             "mode": "replicated",
             "replicas": replicas[service.name],
@@ -237,7 +239,7 @@ def compose_file(experiment: Experiment, replicas: dict[str, int], options: Depl
     check_mode(experiment, "compose")
     services: dict[str, dict] = {}
     for service in experiment.services:
-        spec = _instance_base(service, options)
+        spec = _instance_base(service, options, experiment.settings.congestion_control)
         spec["scale"] = replicas[service.name]
         spec["restart"] = "no"
         if slowed(service):

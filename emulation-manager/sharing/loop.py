@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from collapsar.manager.core import EmulationCore, Override
 from collapsar.manager.sharing.bus import MetadataBus
 from collapsar.manager.sharing.metadata import FlowReport
-from collapsar.manager.sharing.model import Flow, congestion_loss, share
+from collapsar.manager.sharing.model import Flow, congestion_loss, rtt_exponent, share
 from collapsar.model import Path
 
 
@@ -92,6 +92,7 @@ class _LinkView:
             if link.present and link.props.extras.background is not None and self.capacity[lid] is not None
         }
         self.seed = state.graph.experiment.settings.seed
+        self.rtt_exponent = rtt_exponent(state.graph.experiment.settings.congestion_control)
 
     def background_flows(self, run_us: int) -> list[Flow]:
         """One flow per link with background traffic: wanting the rate drawn for now."""
@@ -226,7 +227,7 @@ class ShareLoop:
             flows.append(flow)
             offered[flow.flow_id] = flow.demand_bps
             saturated[flow.flow_id] = False
-        result = share(flows, view.capacity)
+        result = share(flows, view.capacity, view.rtt_exponent)
         link_loss, flow_loss = congestion_loss(
             flows, offered, result.rate_bps, view.capacity, self.settings.loss_tolerance
         )

@@ -7,13 +7,14 @@ here measures, sends or touches tc: the manager loop does, and smooths.
 
 The model (Kollaps, EuroSys'20, section 3):
 - on each link, flows share the capacity in proportion to 1/RTT (TCP Reno's
-  throughput is inversely proportional to its RTT);
+  throughput is inversely proportional to its RTT); here RTT^-a, with the
+  `a` measured for the experiment's congestion control (`RTT_EXPONENT`);
 - a flow that uses less than its share leaves the spare to the flows that want
   more, in proportion to their shares (the maximization step);
 - a flow's rate is the minimum over the links of its path, capped by the path
   capacity.
 
-Those three rules together are weighted max-min fairness with weights 1/RTT,
+Those three rules together are weighted max-min fairness with weights RTT^-a,
 each flow capped by min(demand, path capacity), and we compute its exact fixed
 point by progressive filling: raise a common level t, give every unfrozen flow
 w_f * t, freeze a flow when it reaches its cap or when one of its links fills.
@@ -36,12 +37,35 @@ from dataclasses import dataclass
 import numpy as np
 
 from collapsar.errors import CollapsarError
+from collapsar.model import host_congestion_control
 
 FlowId = Hashable
 LinkId = int
 
 # Relative tolerance when deciding that two float levels are the same event.
 _TIE = 1e-9
+
+
+# A congestion control's flows share a bottleneck in proportion to RTT^-a,
+# RTT the path's own round trip (2 x its delay).  Reno alone in a network
+# would give a = 1 (Kollaps's model), but flows that meet in a drop-tail
+# queue all wait in it, which dilutes their RTTs' difference; CUBIC does
+# much the same, and BBR gives the longer RTT more.  Measured against the
+# hop-by-hop reference network (BDP-sized queues): two flows with RTTs 20
+# and 80 ms through one 10 Mbit/s bottleneck, 5 runs per control,
+# a = -ln(far / near) / ln 4 of the mean rates (bench/rtt-pair.yaml; the
+# runs and the check on the Kollaps scenario in docs/fidelity.md, "RTT
+# weights per congestion control").
+RTT_EXPONENT: dict[str, float] = {"reno": 0.55, "cubic": 0.47, "bbr": -0.46}
+UNMEASURED_RTT_EXPONENT = RTT_EXPONENT["reno"]  # another loss-based control: Reno's
+
+
+def rtt_exponent(congestion_control: str | None) -> float:
+    """The weight exponent for the experiment's `congestion-control`; None:
+    the one this host's new namespaces start with (its default)."""
+    if congestion_control is None:
+        congestion_control = host_congestion_control()
+    return RTT_EXPONENT.get(congestion_control or "", UNMEASURED_RTT_EXPONENT)
 
 
 class SharingInputError(CollapsarError):
@@ -68,11 +92,12 @@ class Sharing:
     flow_loss_ratio: dict[FlowId, float]  # only flows crossing one of them
 
 
-def share(flows: Sequence[Flow], link_rate_bps: Mapping[LinkId, int | None]) -> Sharing:
-    """Each flow's rate and each oversubscribed link's loss (see the module doc)."""
+def share(flows: Sequence[Flow], link_rate_bps: Mapping[LinkId, int | None], rtt_exponent: float = 1.0) -> Sharing:
+    """Each flow's rate and each oversubscribed link's loss (see the module
+    doc); flows weigh RTT^-rtt_exponent (see `rtt_exponent`)."""
     if not flows:
         return Sharing({}, {}, {})
-    arrays = _Arrays(flows, link_rate_bps)
+    arrays = _Arrays(flows, link_rate_bps, rtt_exponent)
     alloc, link_limited = _progressive_fill(arrays)
     rates = _allowed_rates(arrays, alloc, link_limited)
     link_loss = _link_loss(arrays)
@@ -89,7 +114,7 @@ class _Arrays:
     """Flows as numpy arrays plus a flow x link incidence list (one entry per
     (flow, limited link) pair), so every step is a handful of vector ops."""
 
-    def __init__(self, flows: Sequence[Flow], link_rate_bps: Mapping[LinkId, int | None]):
+    def __init__(self, flows: Sequence[Flow], link_rate_bps: Mapping[LinkId, int | None], rtt_exponent: float = 1.0):
         _check(flows)
         lengths = np.fromiter((len(f.link_ids) for f in flows), dtype=np.intp, count=len(flows))
         flat = np.fromiter(
@@ -115,8 +140,8 @@ class _Arrays:
         self.n_links = len(self.link_ids)
         self.inc_flow = np.repeat(np.arange(self.n_flows), lengths)[keep]
         self.inc_link = renumber[entry_link][keep]
-        # Weights in 1/s: only ratios matter, seconds keep levels readable.
-        self.weight = 1e6 / np.fromiter((f.rtt_us for f in flows), dtype=float, count=self.n_flows)
+        # Weights in (1/s)^exponent: only ratios matter, seconds keep levels readable.
+        self.weight = (1e6 / np.fromiter((f.rtt_us for f in flows), dtype=float, count=self.n_flows)) ** rtt_exponent
         self.demand = np.fromiter((f.demand_bps for f in flows), dtype=float, count=self.n_flows)
         self.path_cap = np.fromiter(
             (math.inf if f.path_rate_bps is None else f.path_rate_bps for f in flows), dtype=float, count=self.n_flows

@@ -71,6 +71,17 @@ def check_rates(snapshot: dict, timeline) -> dict[str, int]:
     return inodes
 
 
+def check_congestion_control(snapshot: dict) -> None:
+    """The experiment's `congestion-control` is what TCP uses in every container."""
+    used = {
+        inst["name"]: run(
+            "nsenter", "-t", str(inst["pid"]), "-n", "cat", "/proc/sys/net/ipv4/tcp_congestion_control"
+        ).stdout.strip()
+        for inst in snapshot["instances"]
+    }
+    assert used == {inst["name"]: "reno" for inst in snapshot["instances"]}
+
+
 def check_names(snapshot: dict) -> None:
     """Instance names resolve inside the containers as in local mode
     (`client-2`, which Docker's DNS does not know; hostsfile.py)."""
@@ -109,6 +120,7 @@ def exercise(
         assert late["status"] == "up"
         inodes = check_rates(snapshot, timeline)
         check_names(snapshot)
+        check_congestion_control(snapshot)
         also(snapshot)
         assert set(inodes) == {"server", "client", "client-2", "late"}
         client2 = next(i for i in snapshot["instances"] if i["name"] == "client-2")

@@ -43,7 +43,7 @@ def test_flows_and_stages(bench):
 def test_the_model_gives_the_papers_shares(bench):
     experiment = parse_file(SCENARIO)
     flows = bench.flows_of(experiment)
-    model = bench.model_rates(experiment, flows, bench.stages_of(flows))
+    model, full = bench.model_rates(experiment, flows, bench.stages_of(flows), 1.0)  # Kollaps's 1/RTT
     # Kollaps, EuroSys'20, section 5.4, each rate divided by 10 (Mbit/s).
     paper = [
         [5.0],
@@ -56,6 +56,51 @@ def test_the_model_gives_the_papers_shares(bench):
     for k, shares in enumerate(paper):
         got = [model[str(k)][f"c{i + 1}"] / 1e6 for i in range(len(shares))]
         assert got == pytest.approx(shares, abs=0.005), k
+    # With CUBIC's measured weights the RTTs (70 and 60 ms) matter less.
+    cubic, _ = bench.model_rates(experiment, flows, bench.stages_of(flows), 0.47)
+    assert [cubic["1"][c] / 1e6 for c in ("c1", "c2")] == pytest.approx([2.410, 2.590], abs=0.001)
+    # The links the model fills: b1 -> b2 (5 Mbit/s) from stage 2, b2 -> b3 (10) from stage 4.
+    assert full["0"] == {}
+    assert full["2"] == {"b1 -> b2": ["c1", "c2", "c3"]}
+    # In stage 6 b2 -> b3 limits c1 and c2 below their b1 -> b2 shares (4.26 of 5 Mbit/s there).
+    assert full["5"] == {"b2 -> b3": ["c1", "c2", "c3", "c4", "c5", "c6"]}
+
+
+def test_realism_columns_and_bottleneck_totals(bench, tmp_path):
+    """The summary marks a Collapsar mean inside or outside the reference's
+    interval and sets the bottleneck's total in both systems side by side."""
+    flows = bench.flows_of(parse_file(ROOT / "bench" / "fairness-equal-rtt.yaml"))
+    stages = bench.stages_of(flows)
+
+    def run(system, number, long_bps, short_bps):
+        series = {
+            "short": [(k, k + 1, short_bps) for k in range(1, 60)],
+            "long": [(k, k + 1, long_bps) for k in range(31, 60)],
+        }
+        return {"system": system, "run": number, "took_s": 1.0, "series": series}
+
+    raw = {
+        "file": "x",
+        "flows": flows,
+        "stages": stages,
+        "congestion_control": "reno",
+        "runs": [run("collapsar", 1, 2.3e6, 2.4e6), run("collapsar", 2, 2.3e6, 2.4e6)]
+        + [run("reference", 1, 2.0e6, 2.6e6), run("reference", 2, 2.2e6, 2.8e6)],
+    }
+    table, summary = bench.summarise(raw, parse_file(ROOT / "bench" / "fairness-equal-rtt.yaml"), 8.0)
+    # Reference long: mean 2.1, interval 2.1 +- 12.706 x 0.1 / sqrt(2) -> [1.2, 3.0]: 2.3 is inside.
+    assert summary["2/long"]["inside"] is True
+    assert summary["2/short"]["inside"] is True
+    # Two runs of 4.7 and 5.0 in the reference, 4.7 twice in Collapsar.
+    totals = summary["2/b1 -> b2"]
+    assert totals["collapsar"]["mean"] == pytest.approx(4.7e6)
+    assert totals["reference"]["mean"] == pytest.approx(4.8e6)
+    assert "2     b1 -> b2 |" in table and "-2.1%" in table
+    assert "Collapsar's mean inside the reference's interval: 3 of 3" in table
+    raw["runs"][2]["series"]["short"] = [(k, k + 1, 2.8e6) for k in range(1, 60)]  # both reference runs agree
+    table, summary = bench.summarise(raw, parse_file(ROOT / "bench" / "fairness-equal-rtt.yaml"), 8.0)
+    assert (summary["1/short"]["inside"], summary["2/short"]["inside"]) == (False, False)  # 2.4 against [2.8, 2.8]
+    assert "Collapsar's mean inside the reference's interval: 1 of 3" in table
 
 
 def test_a_stage_rate_is_the_mean_of_its_settled_intervals(bench):

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collapsar.manager.sharing.model import Flow, SharingInputError, congestion_loss, share
+from collapsar.manager.sharing import model
+from collapsar.manager.sharing.model import Flow, SharingInputError, congestion_loss, rtt_exponent, share
 
 M = 1_000_000
 GREEDY = 100 * M  # a demand above every capacity in the tables
@@ -104,6 +105,28 @@ def test_table(name, flows, links, rates, loss):
     assert result.rate_bps == rates
     assert result.link_loss_ratio == pytest.approx(loss)
     assert set(result.link_loss_ratio) == set(loss)
+
+
+@pytest.mark.parametrize(
+    ("exponent", "near", "far"),
+    [
+        (1.0, 8 * M, 2 * M),  # 1/RTT: 4:1
+        (0.5, 6_666_667, 3_333_333),  # 2:1
+        (0.0, 5 * M, 5 * M),  # RTT does not matter
+        (-0.5, 3_333_333, 6_666_667),  # the longer RTT gets more
+    ],
+)
+def test_rtt_weights_follow_the_exponent(exponent, near, far):
+    flows = [flow("near", [1], 20), flow("far", [1], 80)]
+    assert share(flows, {1: 10 * M}, exponent).rate_bps == {"near": near, "far": far}
+
+
+def test_the_exponent_is_the_experiments_control_or_the_hosts_default(monkeypatch):
+    assert (rtt_exponent("reno"), rtt_exponent("cubic"), rtt_exponent("bbr")) == (0.55, 0.47, -0.46)
+    monkeypatch.setattr(model, "host_congestion_control", lambda: "bbr")
+    assert rtt_exponent(None) == model.RTT_EXPONENT["bbr"]
+    monkeypatch.setattr(model, "host_congestion_control", lambda: "htcp")
+    assert rtt_exponent(None) == model.UNMEASURED_RTT_EXPONENT == 0.55  # Reno's
 
 
 def test_flow_loss_compounds_over_oversubscribed_links():
