@@ -194,13 +194,15 @@ def measure(args) -> int:
 # ---- the summary (on the host) ------------------------------------------------------
 
 
-def model_rates(experiment: Experiment, flows: list[dict], stages, rtt_exponent: float) -> tuple[dict, dict]:
-    """Per stage: each active flow's share (weights RTT^-rtt_exponent), and
+def model_rates(experiment: Experiment, flows: list[dict], stages, weights) -> tuple[dict, dict]:
+    """Per stage: each active flow's share (flows weighed by `weights`, a
+    `sharing.model.RttWeights`), and
     each link the model fills (its flows' shares add up to its capacity):
     "a -> b" -> its flows."""
     from reference_plan import with_joiners
 
     from collapsar.collapse import collapse
+    from collapsar.manager.sharing.loop import link_buffers_us
     from collapsar.manager.sharing.model import Flow, share
 
     state = collapse(with_joiners(experiment))
@@ -214,7 +216,7 @@ def model_rates(experiment: Experiment, flows: list[dict], stages, rtt_exponent:
             # Greedy flows; a path without delay counts as 1 us (the model needs an RTT above 0).
             rtt_us = max(path.rtt_hint_us, 1)
             wanted.append(Flow(flow["client"], path.link_ids, rtt_us, path.rate_bps, 10**12))
-        rates[str(k)] = dict(share(wanted, capacity, rtt_exponent).rate_bps)
+        rates[str(k)] = dict(share(wanted, capacity, weights, link_buffers_us(state)).rate_bps)
         full[str(k)] = {}
         for link_id in sorted({i for f in wanted for i in f.link_ids}):
             on = [f.flow_id for f in wanted if link_id in f.link_ids]
@@ -226,13 +228,14 @@ def model_rates(experiment: Experiment, flows: list[dict], stages, rtt_exponent:
 
 
 def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, dict]:
-    from collapsar.manager.sharing.model import rtt_exponent
+    from collapsar.manager.sharing.model import rtt_weights
     from collapsar.report.aggregate import stats
 
     stages = [tuple(s) for s in raw["stages"]]
     # Measurements before the field was recorded ran in the VM, whose kernel defaults to cubic.
     control = raw.get("congestion_control") or "cubic"
-    model, full = model_rates(experiment, raw["flows"], stages, rtt_exponent(control))
+    weights = rtt_weights(control)
+    model, full = model_rates(experiment, raw["flows"], stages, weights)
     goodput = GOODPUT_PER_RATE[experiment.settings.wire_overhead]
     for run in raw["runs"]:
         run["rates"] = stage_rates(run["series"], raw["flows"], stages, settle_s)
@@ -240,7 +243,7 @@ def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, 
         f"{raw['file']}: settled part from {settle_s:g} s into each stage; Mbit/s; "
         f"mean [95% interval] over {sum(r['system'] == 'collapsar' for r in raw['runs'])} run(s); "
         f"err: against the model's share as TCP goodput (x {goodput:.4f}); "
-        f"model weights RTT^-{rtt_exponent(control):g} ({control})",
+        f"model weights (RTT + {weights.fill:g} x buffer)^-{weights.exponent:g} ({control})",
         f"{'stage':>5} {'flow':>5} {'model':>7} | {'collapsar':>26} {'err':>6} | {'reference':>26} {'err':>6} | inside",
     ]
     summary: dict = {}
@@ -375,7 +378,10 @@ def bench_main(args, name: str, in_vm, measure, summarise) -> int:
         rc = 0 if args.summarise else in_vm(args) if args.vm else measure(args)
         if rc or args.measure_only:
             return rc
-        table, files = summarise(json.loads((args.out / "raw.json").read_text()))
+        raw_file = args.out / "raw.json"
+        if not raw_file.is_file():
+            raise CollapsarError(f"{raw_file}: no measurement to summarise (measure first, without --summarise)")
+        table, files = summarise(json.loads(raw_file.read_text()))
         table += f"\nwall time {time.monotonic() - started:.0f} s" + (" (VM boot included)" if args.vm else "")
         (args.out / "table.txt").write_text(table + "\n")
         for file_name, text in files.items():
