@@ -194,15 +194,13 @@ def measure(args) -> int:
 # ---- the summary (on the host) ------------------------------------------------------
 
 
-def model_rates(experiment: Experiment, flows: list[dict], stages, weights) -> tuple[dict, dict]:
-    """Per stage: each active flow's share (flows weighed by `weights`, a
-    `sharing.model.RttWeights`), and
+def model_rates(experiment: Experiment, flows: list[dict], stages, rtt_exponent: float) -> tuple[dict, dict]:
+    """Per stage: each active flow's share (weights RTT^-rtt_exponent), and
     each link the model fills (its flows' shares add up to its capacity):
     "a -> b" -> its flows."""
     from reference_plan import with_joiners
 
     from collapsar.collapse import collapse
-    from collapsar.manager.sharing.loop import link_buffers_us
     from collapsar.manager.sharing.model import Flow, share
 
     state = collapse(with_joiners(experiment))
@@ -216,7 +214,7 @@ def model_rates(experiment: Experiment, flows: list[dict], stages, weights) -> t
             # Greedy flows; a path without delay counts as 1 us (the model needs an RTT above 0).
             rtt_us = max(path.rtt_hint_us, 1)
             wanted.append(Flow(flow["client"], path.link_ids, rtt_us, path.rate_bps, 10**12))
-        rates[str(k)] = dict(share(wanted, capacity, weights, link_buffers_us(state)).rate_bps)
+        rates[str(k)] = dict(share(wanted, capacity, rtt_exponent).rate_bps)
         full[str(k)] = {}
         for link_id in sorted({i for f in wanted for i in f.link_ids}):
             on = [f.flow_id for f in wanted if link_id in f.link_ids]
@@ -228,14 +226,13 @@ def model_rates(experiment: Experiment, flows: list[dict], stages, weights) -> t
 
 
 def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, dict]:
-    from collapsar.manager.sharing.model import rtt_weights
+    from collapsar.manager.sharing.model import rtt_exponent
     from collapsar.report.aggregate import stats
 
     stages = [tuple(s) for s in raw["stages"]]
     # Measurements before the field was recorded ran in the VM, whose kernel defaults to cubic.
     control = raw.get("congestion_control") or "cubic"
-    weights = rtt_weights(control)
-    model, full = model_rates(experiment, raw["flows"], stages, weights)
+    model, full = model_rates(experiment, raw["flows"], stages, rtt_exponent(control))
     goodput = GOODPUT_PER_RATE[experiment.settings.wire_overhead]
     for run in raw["runs"]:
         run["rates"] = stage_rates(run["series"], raw["flows"], stages, settle_s)
@@ -243,7 +240,7 @@ def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, 
         f"{raw['file']}: settled part from {settle_s:g} s into each stage; Mbit/s; "
         f"mean [95% interval] over {sum(r['system'] == 'collapsar' for r in raw['runs'])} run(s); "
         f"err: against the model's share as TCP goodput (x {goodput:.4f}); "
-        f"model weights (RTT + {weights.fill:g} x buffer)^-{weights.exponent:g} ({control})",
+        f"model weights RTT^-{rtt_exponent(control):g} ({control})",
         f"{'stage':>5} {'flow':>5} {'model':>7} | {'collapsar':>26} {'err':>6} | {'reference':>26} {'err':>6} | inside",
     ]
     summary: dict = {}

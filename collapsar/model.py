@@ -68,7 +68,7 @@ class Settings:
     in_order: bool = False
     # The TCP congestion control every instance uses (net.ipv4.tcp_congestion_control
     # in its namespace or container); None: the host's default.  The sharing model
-    # weighs flows by it (collapsar.manager.sharing.model.CONTROL_WEIGHTS).
+    # weighs flows by it (collapsar.manager.sharing.model.RTT_EXPONENT).
     congestion_control: CongestionControl | None = None
     where: Where | None = None
 

@@ -38,7 +38,6 @@ dominated by TCP on a loaded host, not by the loop.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,9 +45,8 @@ from dataclasses import dataclass
 from collapsar.manager.core import EmulationCore, Override
 from collapsar.manager.sharing.bus import MetadataBus
 from collapsar.manager.sharing.metadata import FlowReport
-from collapsar.manager.sharing.model import Flow, congestion_loss, rtt_weights, share
+from collapsar.manager.sharing.model import Flow, congestion_loss, rtt_exponent, share
 from collapsar.model import Path
-from collapsar.tcal.plan import frame_wire_bytes
 
 
 @dataclass(frozen=True)
@@ -76,19 +74,6 @@ class OwnFlow:
 BACKGROUND = "background"  # the first part of a background flow's id, and its rows' src
 
 
-def link_buffers_us(state) -> dict[int, int]:
-    """Each present link with a `queue` and a rate: its buffer, in time at
-    its rate (the sharing model's weights count the standing queue of a
-    full link; without a `queue` it takes the bandwidth-delay product)."""
-    frame = frame_wire_bytes(1500, state.graph.experiment.settings.wire_overhead)
-    buffers = {}
-    for lid, link in state.links.items():
-        queue, rate = link.props.extras.queue, link.props.rate_bps
-        if link.present and queue is not None and rate:
-            buffers[lid] = queue.time_us or math.ceil(queue.packets_at(rate, frame) * frame * 8e6 / rate)
-    return buffers
-
-
 class _LinkView:
     """Capacity and delay per link id for one timeline state (cached: a
     state object never changes, and the timeline hands out the same object
@@ -107,9 +92,7 @@ class _LinkView:
             if link.present and link.props.extras.background is not None and self.capacity[lid] is not None
         }
         self.seed = state.graph.experiment.settings.seed
-        settings = state.graph.experiment.settings
-        self.weights = rtt_weights(settings.congestion_control)
-        self.buffer_us = link_buffers_us(state) if self.weights.fill else {}
+        self.rtt_exponent = rtt_exponent(state.graph.experiment.settings.congestion_control)
 
     def background_flows(self, run_us: int) -> list[Flow]:
         """One flow per link with background traffic: wanting the rate drawn for now."""
@@ -244,7 +227,7 @@ class ShareLoop:
             flows.append(flow)
             offered[flow.flow_id] = flow.demand_bps
             saturated[flow.flow_id] = False
-        result = share(flows, view.capacity, view.weights, view.buffer_us)
+        result = share(flows, view.capacity, view.rtt_exponent)
         link_loss, flow_loss = congestion_loss(
             flows, offered, result.rate_bps, view.capacity, self.settings.loss_tolerance
         )

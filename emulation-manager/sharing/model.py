@@ -8,7 +8,7 @@ here measures, sends or touches tc: the manager loop does, and smooths.
 The model (Kollaps, EuroSys'20, section 3):
 - on each link, flows share the capacity in proportion to 1/RTT (TCP Reno's
   throughput is inversely proportional to its RTT); here RTT^-a, with the
-  `a` measured for the experiment's congestion control (`CONTROL_WEIGHTS`);
+  `a` measured for the experiment's congestion control (`RTT_EXPONENT`);
 - a flow that uses less than its share leaves the spare to the flows that want
   more, in proportion to their shares (the maximization step);
 - a flow's rate is the minimum over the links of its path, capped by the path
@@ -46,41 +46,26 @@ LinkId = int
 _TIE = 1e-9
 
 
-@dataclass(frozen=True)
-class RttWeights:
-    """How a congestion control's flows share a full link: in proportion to
-    (RTT + fill x B)^-exponent, RTT the flow's path's own round trip
-    (2 x its delay) and B the buffer, in time, of each full link on its path
-    (its `queue`, else the longest RTT of the flows crossing it, the
-    bandwidth-delay product rule of the reference network): the standing
-    queue that flows meeting in a drop-tail buffer all wait in."""
-
-    exponent: float = 1.0
-    fill: float = 0.0
-
-
-KOLLAPS = RttWeights(1.0, 0.0)  # 1/RTT: Reno's throughput alone in a network
-
-# Measured against the hop-by-hop reference network: two flows with RTTs 20
-# and 80 ms through one 10 Mbit/s bottleneck, 5 runs per control
-# (bench/rtt-pair.yaml; the runs and the fit in docs/fidelity.md, "RTT
-# weights per congestion control").  Flows that meet in a drop-tail queue
-# all wait in it, which dilutes their RTTs' difference; BBR gives the
-# longer RTT more (its window is a multiple of its own path's BDP).
-CONTROL_WEIGHTS: dict[str, RttWeights] = {
-    "reno": RttWeights(0.55),
-    "cubic": RttWeights(0.47),
-    "bbr": RttWeights(-0.46),
-}
-UNMEASURED_WEIGHTS = CONTROL_WEIGHTS["reno"]  # another loss-based control: Reno's
+# A congestion control's flows share a bottleneck in proportion to RTT^-a,
+# RTT the path's own round trip (2 x its delay).  Reno alone in a network
+# would give a = 1 (Kollaps's model), but flows that meet in a drop-tail
+# queue all wait in it, which dilutes their RTTs' difference; CUBIC does
+# much the same, and BBR gives the longer RTT more.  Measured against the
+# hop-by-hop reference network (BDP-sized queues): two flows with RTTs 20
+# and 80 ms through one 10 Mbit/s bottleneck, 5 runs per control,
+# a = -ln(far / near) / ln 4 of the mean rates (bench/rtt-pair.yaml; the
+# runs and the check on the Kollaps scenario in docs/fidelity.md, "RTT
+# weights per congestion control").
+RTT_EXPONENT: dict[str, float] = {"reno": 0.55, "cubic": 0.47, "bbr": -0.46}
+UNMEASURED_RTT_EXPONENT = RTT_EXPONENT["reno"]  # another loss-based control: Reno's
 
 
-def rtt_weights(congestion_control: str | None) -> RttWeights:
-    """The weights for the experiment's `congestion-control`; None: the one
-    this host's new namespaces start with (its default)."""
+def rtt_exponent(congestion_control: str | None) -> float:
+    """The weight exponent for the experiment's `congestion-control`; None:
+    the one this host's new namespaces start with (its default)."""
     if congestion_control is None:
         congestion_control = host_congestion_control()
-    return CONTROL_WEIGHTS.get(congestion_control or "", UNMEASURED_WEIGHTS)
+    return RTT_EXPONENT.get(congestion_control or "", UNMEASURED_RTT_EXPONENT)
 
 
 class SharingInputError(CollapsarError):
@@ -107,29 +92,13 @@ class Sharing:
     flow_loss_ratio: dict[FlowId, float]  # only flows crossing one of them
 
 
-def share(
-    flows: Sequence[Flow],
-    link_rate_bps: Mapping[LinkId, int | None],
-    weights: RttWeights = KOLLAPS,
-    buffer_us: Mapping[LinkId, int] | None = None,
-) -> Sharing:
+def share(flows: Sequence[Flow], link_rate_bps: Mapping[LinkId, int | None], rtt_exponent: float = 1.0) -> Sharing:
     """Each flow's rate and each oversubscribed link's loss (see the module
-    doc), flows weighed by `weights`; `buffer_us`: the links whose buffer
-    is not the bandwidth-delay product rule's (see `RttWeights`).
-
-    With a fill, the full links are those of the allocation by the paths'
-    own RTTs; the flows across them are weighed again with their queues and
-    allocated once more (a full link stays full: its flows want more)."""
+    doc); flows weigh RTT^-rtt_exponent (see `rtt_exponent`)."""
     if not flows:
         return Sharing({}, {}, {})
-    arrays = _Arrays(flows, link_rate_bps)
-    arrays.weigh(weights.exponent)
+    arrays = _Arrays(flows, link_rate_bps, rtt_exponent)
     alloc, link_limited = _progressive_fill(arrays)
-    if weights.fill:
-        queued = arrays.standing_queue_us(alloc, weights.fill, buffer_us or {})
-        if queued.any():
-            arrays.weigh(weights.exponent, queued)
-            alloc, link_limited = _progressive_fill(arrays)
     rates = _allowed_rates(arrays, alloc, link_limited)
     link_loss = _link_loss(arrays)
     flow_loss = _flow_loss(arrays, link_loss)
@@ -145,7 +114,7 @@ class _Arrays:
     """Flows as numpy arrays plus a flow x link incidence list (one entry per
     (flow, limited link) pair), so every step is a handful of vector ops."""
 
-    def __init__(self, flows: Sequence[Flow], link_rate_bps: Mapping[LinkId, int | None]):
+    def __init__(self, flows: Sequence[Flow], link_rate_bps: Mapping[LinkId, int | None], rtt_exponent: float = 1.0):
         _check(flows)
         lengths = np.fromiter((len(f.link_ids) for f in flows), dtype=np.intp, count=len(flows))
         flat = np.fromiter(
@@ -171,33 +140,12 @@ class _Arrays:
         self.n_links = len(self.link_ids)
         self.inc_flow = np.repeat(np.arange(self.n_flows), lengths)[keep]
         self.inc_link = renumber[entry_link][keep]
-        self.rtt_us = np.fromiter((f.rtt_us for f in flows), dtype=float, count=self.n_flows)
-        self.weight = 1e6 / self.rtt_us
+        # Weights in (1/s)^exponent: only ratios matter, seconds keep levels readable.
+        self.weight = (1e6 / np.fromiter((f.rtt_us for f in flows), dtype=float, count=self.n_flows)) ** rtt_exponent
         self.demand = np.fromiter((f.demand_bps for f in flows), dtype=float, count=self.n_flows)
         self.path_cap = np.fromiter(
             (math.inf if f.path_rate_bps is None else f.path_rate_bps for f in flows), dtype=float, count=self.n_flows
         )
-
-    def weigh(self, exponent: float, queued_us: np.ndarray | None = None) -> None:
-        """Weights (RTT + queued)^-exponent, in seconds: only ratios matter,
-        seconds keep the filling's levels readable."""
-        rtt_s = (self.rtt_us if queued_us is None else self.rtt_us + queued_us) / 1e6
-        self.weight = rtt_s**-exponent
-
-    def standing_queue_us(self, alloc: np.ndarray, fill: float, buffer_us: Mapping[LinkId, int]) -> np.ndarray:
-        """Per flow: fill x the buffer of each link on its path that `alloc` fills."""
-        used = self.per_link(np.where(np.isfinite(alloc), alloc, 0.0))
-        full = used >= self.link_cap * (1 - 1e-6)
-        if not full.any():
-            return np.zeros(self.n_flows)
-        longest = np.zeros(self.n_links)
-        np.maximum.at(longest, self.inc_link, self.rtt_us[self.inc_flow])
-        buffer = np.array([buffer_us.get(lid, 0) for lid in self.link_ids], dtype=float)
-        buffer = np.where(buffer > 0, buffer, longest)
-        entries = full[self.inc_link]
-        queued = np.zeros(self.n_flows)
-        np.add.at(queued, self.inc_flow[entries], fill * buffer[self.inc_link[entries]])
-        return queued
 
     def per_link(self, per_flow: np.ndarray, entries: np.ndarray | None = None) -> np.ndarray:
         """Sum a per-flow quantity over the flows of each link (optionally over

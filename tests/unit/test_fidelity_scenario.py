@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from collapsar.errors import CollapsarError
-from collapsar.manager.sharing.model import KOLLAPS, RttWeights
 from collapsar.parser import parse_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +43,7 @@ def test_flows_and_stages(bench):
 def test_the_model_gives_the_papers_shares(bench):
     experiment = parse_file(SCENARIO)
     flows = bench.flows_of(experiment)
-    model, full = bench.model_rates(experiment, flows, bench.stages_of(flows), KOLLAPS)  # 1/RTT
+    model, full = bench.model_rates(experiment, flows, bench.stages_of(flows), 1.0)  # Kollaps's 1/RTT
     # Kollaps, EuroSys'20, section 5.4, each rate divided by 10 (Mbit/s).
     paper = [
         [5.0],
@@ -58,7 +57,7 @@ def test_the_model_gives_the_papers_shares(bench):
         got = [model[str(k)][f"c{i + 1}"] / 1e6 for i in range(len(shares))]
         assert got == pytest.approx(shares, abs=0.005), k
     # With CUBIC's measured weights the RTTs (70 and 60 ms) matter less.
-    cubic, _ = bench.model_rates(experiment, flows, bench.stages_of(flows), RttWeights(0.47))
+    cubic, _ = bench.model_rates(experiment, flows, bench.stages_of(flows), 0.47)
     assert [cubic["1"][c] / 1e6 for c in ("c1", "c2")] == pytest.approx([2.410, 2.590], abs=0.001)
     # The links the model fills: b1 -> b2 (5 Mbit/s) from stage 2, b2 -> b3 (10) from stage 4.
     assert full["0"] == {}

@@ -340,27 +340,3 @@ def test_cut_destination_loses_its_override_and_is_not_a_flow():
     plant.run(loop, 4)
     assert plant.cores["b"].overrides == {}
     assert plant.rate("a", "ra") == 10 * M
-
-
-def test_a_links_queue_is_its_buffer_in_the_sharing_weights():
-    from collapsar.collapse import collapse
-    from collapsar.manager.sharing.loop import link_buffers_us
-
-    state = collapse(
-        parse_text(
-            """\
-services: {a: {command: [x]}, b: {command: [x]}, c: {command: [x]}}
-bridges: [s]
-links:
-  - {from: a, to: s, bandwidth: 10Mbps, queue: 10ms}
-  - {from: b, to: s, bandwidth: 10Mbps, queue: 20}
-  - {from: c, to: s, bandwidth: 10Mbps}
-""",
-            "q.yaml",
-        )
-    )
-    by_ends = {(link.src, link.dst): lid for lid, link in state.links.items()}
-    buffers = link_buffers_us(state)
-    assert buffers[by_ends[("a", "s")]] == 10_000
-    assert buffers[by_ends[("b", "s")]] == 24_608  # 20 frames of 1538 wire bytes at 10 Mbit/s
-    assert by_ends[("c", "s")] not in buffers  # the bandwidth-delay product rule's

@@ -7,14 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collapsar.manager.sharing import model
-from collapsar.manager.sharing.model import (
-    Flow,
-    RttWeights,
-    SharingInputError,
-    congestion_loss,
-    rtt_weights,
-    share,
-)
+from collapsar.manager.sharing.model import Flow, SharingInputError, congestion_loss, rtt_exponent, share
 
 M = 1_000_000
 GREEDY = 100 * M  # a demand above every capacity in the tables
@@ -125,35 +118,15 @@ def test_table(name, flows, links, rates, loss):
 )
 def test_rtt_weights_follow_the_exponent(exponent, near, far):
     flows = [flow("near", [1], 20), flow("far", [1], 80)]
-    assert share(flows, {1: 10 * M}, RttWeights(exponent)).rate_bps == {"near": near, "far": far}
+    assert share(flows, {1: 10 * M}, exponent).rate_bps == {"near": near, "far": far}
 
 
 def test_the_exponent_is_the_experiments_control_or_the_hosts_default(monkeypatch):
-    assert [rtt_weights(c).exponent for c in ("reno", "cubic", "bbr")] == [0.55, 0.47, -0.46]
+    assert (rtt_exponent("reno"), rtt_exponent("cubic"), rtt_exponent("bbr")) == (0.55, 0.47, -0.46)
     monkeypatch.setattr(model, "host_congestion_control", lambda: "bbr")
-    assert rtt_weights(None) == model.CONTROL_WEIGHTS["bbr"]
+    assert rtt_exponent(None) == model.RTT_EXPONENT["bbr"]
     monkeypatch.setattr(model, "host_congestion_control", lambda: "htcp")
-    assert rtt_weights(None) == model.UNMEASURED_WEIGHTS == model.CONTROL_WEIGHTS["reno"]
-
-
-def test_a_full_links_standing_queue_adds_to_its_flows_rtts():
-    # near 20 ms, far 80 ms; the full link's buffer is the longest RTT (80 ms),
-    # and fill 0.5 adds 40 ms to both: weights 1/60 and 1/120, 2:1.
-    flows = [flow("near", [1], 20), flow("far", [1], 80)]
-    assert share(flows, {1: 9 * M}, RttWeights(1.0, 0.5)).rate_bps == {"near": 6 * M, "far": 3 * M}
-    # A shallow buffer of its own (10 ms): 25 and 85 ms, 17:5.
-    assert share(flows, {1: 11 * M}, RttWeights(1.0, 0.5), {1: 10_000}).rate_bps == {
-        "near": 8_500_000,
-        "far": 2_500_000,
-    }
-    # Only a full link holds a queue: both flows capped by their paths below it keep their caps.
-    capped = [flow("near", [1], 20, path=2 * M), flow("far", [1], 80, path=3 * M)]
-    assert share(capped, {1: 9 * M}, RttWeights(1.0, 0.5)).rate_bps == {"near": 2 * M, "far": 3 * M}
-    # The queues of every full link on a path add up: far crosses links 1 and 2, both full.
-    two = [flow("near", [1], 20), flow("far", [1, 2], 80), flow("other", [2], 80)]
-    rates = share(two, {1: 9 * M, 2: 9 * M}, RttWeights(1.0, 0.5)).rate_bps
-    assert rates["far"] + rates["near"] == pytest.approx(9 * M, abs=2)
-    assert rates["near"] / rates["far"] > 2  # far waits in two queues: more than 2:1
+    assert rtt_exponent(None) == model.UNMEASURED_RTT_EXPONENT == 0.55  # Reno's
 
 
 def test_flow_loss_compounds_over_oversubscribed_links():
