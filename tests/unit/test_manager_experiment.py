@@ -80,7 +80,7 @@ def test_paths_from_fills_unreachable_with_none():
     assert paths_from(state, "z", ["a", "z"]) == {"a": None}  # not present yet
 
 
-def test_dry_run_describes_each_instance_and_its_cut_destinations():
+def test_dry_run_describes_each_instance_and_the_ones_guarded():
     exp = experiment(Service("a", ("true",)), Service("b", ("true",)), Service("c", ("true",)))
     timeline = timeline_of([(0, (), FakeState(["a", "b", "c"], {("a", "b"): path("a", "b")}))])
     lines = describe_run(exp, timeline, "10.9.0.0/24")
@@ -90,4 +90,8 @@ def test_dry_run_describes_each_instance_and_its_cut_destinations():
     )
     assert lines[1] == "instance a: 10.9.0.2/24 on cx-000000-a/eth0, starts at t=0: true"
     assert any(line.startswith("  class 1:10 -> 10.9.0.3: rate=ceil 10Mbps") for line in lines)
-    assert "  cut at t=0 (blackhole): c" in lines
+    # No one reaches c: its guard drops its packets, a's tree keeps its placeholder uncut.
+    assert not [line for line in lines if line.startswith("  cut at t=0 (blackhole)")]
+    assert lines[lines.index("instance c: 10.9.0.4/24 on cx-000000-c/eth0, starts at t=0: true") + 1].startswith(
+        "  guarded at t=0: no one reaches it"
+    )
