@@ -28,7 +28,6 @@ from collapsar.errors import CollapsarError
 from collapsar.impairments import with_loss
 from collapsar.manager.measure.bucket import BucketGauge
 from collapsar.model import LinkProps, Path, shaping_values
-from collapsar.tcal.bucket import tbf_params
 from collapsar.tcal.contract import InstanceGuards, ShapingChange, ShapingTree, TreeFactory
 from collapsar.tcal.plan import Shaping
 from collapsar.trafficclasses import TrafficClasses
@@ -165,9 +164,8 @@ class EmulationCore:
         )
         ip_groups = None if groups is None else {self.ip_of[dst]: key for dst, key in groups.items()}
         self._tree.setup(plan.shapings, ip_groups)
-        sent = self._tree.bucket_sent_bytes()
-        if self.egress is not None and sent is not None:  # full from now on, as the kernel made it
-            params = tbf_params(self.egress, wire_overhead=self.wire_overhead)
+        sent, params = self._tree.bucket_sent_bytes(), self._tree.bucket_params
+        if self.egress is not None and sent is not None and params is not None:  # full from now on, as made
             self.bucket_gauge = BucketGauge(self.egress, params, time.monotonic(), sent)
         self.shaped = {dst: path for dst, path in paths.items() if dst != self.instance}
         self._in_tree = {dst: self._effective(dst, path) for dst, path in self.shaped.items() if path is not None}

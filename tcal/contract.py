@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError
 from collapsar.model import SHAPING_FIELDS, LinkProps
+from collapsar.tcal.bucket import TbfParams
 from collapsar.tcal.plan import Shaping
 from collapsar.trafficclasses import TrafficClasses
 
@@ -129,6 +130,12 @@ class ShapingTree(Protocol):
 
     def bucket_sent_bytes(self) -> int | None:
         """What the egress token bucket has let through (frame bytes); None without one."""
+        ...
+
+    @property
+    def bucket_params(self) -> TbfParams | None:
+        """The egress token bucket's numbers as the kernel holds them (for
+        the interface's MTU), once `setup` made it; None without one."""
         ...
 
     def teardown(self) -> None:

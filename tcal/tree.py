@@ -31,7 +31,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError, KernelError
 from collapsar.tcal import nlmsg as m
-from collapsar.tcal.bucket import BUCKET_HANDLE, BUCKET_MAJOR, tbf_params
+from collapsar.tcal.bucket import BUCKET_HANDLE, BUCKET_MAJOR, TbfParams, tbf_params
 from collapsar.tcal.check import netem_missing
 from collapsar.tcal.classes import ClassLayout
 from collapsar.tcal.contract import ShapingChange
@@ -83,6 +83,7 @@ class TcTree:
         self.ifname, self.netns = ifname, netns
         self.wire_overhead, self.netem = wire_overhead, netem
         self.bucket = bucket
+        self.bucket_params: TbfParams | None = None  # the kernel's numbers, once setup made the bucket
         self.classes = classes
         self._sock: RouteSocket | None = None
         self._stats_sock: RouteSocket | None = None  # bucket_sent_bytes's
@@ -152,6 +153,7 @@ class TcTree:
         bucket = None
         if self.bucket is not None:
             bucket = tbf_params(self.bucket, wire_overhead=self.wire_overhead, mtu_bytes=self._mtu)
+        self.bucket_params = bucket
         self._minors = MinorAllocator(plan.last_minor)
         self._requests = requests = TreeRequests(interface_index(self.netns, self.ifname), bucket, layout)
         self._sock = RouteSocket(self.netns)

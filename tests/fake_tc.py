@@ -13,6 +13,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 from collapsar.egress import EgressBucket
 from collapsar.errors import CollapsarError
+from collapsar.tcal.bucket import TbfParams, tbf_params
 from collapsar.tcal.contract import ShapingChange
 from collapsar.tcal.plan import Shaping
 from collapsar.trafficclasses import TrafficClasses
@@ -32,9 +33,10 @@ class FakeTree:
         bucket: EgressBucket | None = None,
         classes: TrafficClasses | None = None,
     ):
-        self.ifname, self.netns, self.netem = ifname, netns, netem
+        self.ifname, self.netns, self.netem, self.wire_overhead = ifname, netns, netem, wire_overhead
         self.bucket, self.classes = bucket, classes  # recorded: the real tree's policy above and below its classes
         self.bucket_sent = 0
+        self.bucket_params: TbfParams | None = None  # set by setup, as TcTree does
         self.shapings: dict[str, Shaping] = {}
         self.cut_ips: set[str] = set()
         self.calls: list[tuple] = []
@@ -58,6 +60,8 @@ class FakeTree:
             self._check_netem(s)
             self.shapings[s.dst_ip] = s
         self.is_setup = True
+        if self.bucket is not None:
+            self.bucket_params = tbf_params(self.bucket, wire_overhead=self.wire_overhead)
         self.calls.append(("setup", tuple(s.dst_ip for s in shapings)))
 
     def add(self, shaping: Shaping) -> None:
