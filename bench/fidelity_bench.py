@@ -240,7 +240,8 @@ def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, 
         f"{raw['file']}: settled part from {settle_s:g} s into each stage; Mbit/s; "
         f"mean [95% interval] over {sum(r['system'] == 'collapsar' for r in raw['runs'])} run(s); "
         f"err: against the model's share as TCP goodput (x {goodput:.4f}); "
-        f"model weights RTT^-{rtt_exponent(control):g} ({control})",
+        f"model weights RTT^-{rtt_exponent(control):g} ({control})"
+        + (f"; reference runs from {raw['reference_from']}" if raw.get("reference_from") else ""),
         f"{'stage':>5} {'flow':>5} {'model':>7} | {'collapsar':>26} {'err':>6} | {'reference':>26} {'err':>6} | inside",
     ]
     summary: dict = {}
@@ -317,6 +318,23 @@ def _utilisation(raw: dict, full: dict, summary: dict) -> list[str]:
             )
             lines.append(f"{int(k) + 1:>5} {name:>12} | {cells[0]} | {cells[1]} | {ratio}")
     return lines if len(lines) > 1 else []
+
+
+def with_reference_from(raw: dict, folder: Path) -> dict:
+    """`raw` with its reference runs replaced by those of folder/raw.json,
+    which must have measured the same flows (same scenario)."""
+    other_file = folder / "raw.json"
+    if not other_file.is_file():
+        raise CollapsarError(f"--reference-from {folder}: no raw.json there")
+    other = json.loads(other_file.read_text())
+    if (other["flows"], other["stages"]) != (raw["flows"], raw["stages"]):
+        raise CollapsarError(f"--reference-from {folder}: its runs measured other flows or stages")
+    if other.get("congestion_control", "cubic") != raw.get("congestion_control", "cubic"):
+        raise CollapsarError(f"--reference-from {folder}: its runs used another congestion control")
+    runs = [r for r in raw["runs"] if r["system"] != "reference"] + [
+        r for r in other["runs"] if r["system"] == "reference"
+    ]
+    return {**raw, "runs": runs, "reference_from": str(folder)}
 
 
 def systems_list(text: str) -> tuple[str, ...]:
@@ -410,6 +428,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run a variant of the scenario with one property set, as `collapsar run --sweep` names it\n"
         "(e.g. experiment.congestion-control=reno); repeatable; the variant is written to OUT/scenario.yaml",
     )
+    parser.add_argument(
+        "--reference-from",
+        type=Path,
+        metavar="DIR",
+        help="summarise with the reference runs of DIR/raw.json (the same scenario, measured before:\n"
+        "Collapsar's runs of OUT set against them; OUT's own reference runs, if any, are left out)",
+    )
     bench_options(parser, DEFAULT_OUT)
     args = parser.parse_args(argv)
     if args.set and not args.summarise:
@@ -422,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
         args.file = args.out / "scenario.yaml"
 
     def summary_files(raw: dict) -> tuple[str, dict[str, str]]:
+        if args.reference_from is not None:
+            raw = with_reference_from(raw, args.reference_from)
         table, summary = summarise(raw, parse_file(args.file), parse_duration_us(args.settle) / 1e6)
         return table, {"summary.json": json.dumps(summary, indent=1)}
 

@@ -116,3 +116,18 @@ def test_only_the_receivers_intervals_count(bench):
         bench.server_intervals(sender_only)
     both = json.dumps({"server_output_json": {"intervals": [{"sum": {"start": 0, "end": 1, "bits_per_second": 7}}]}})
     assert bench.server_intervals(both) == [(0, 1, 7)]
+
+
+def test_reference_runs_from_another_measurement(bench, tmp_path):
+    flows = [{"client": "c1", "server": "s1", "start_s": 1.0, "end_s": 41.0}]
+    run = {"took_s": 1.0, "series": {}}
+    raw = {"flows": flows, "stages": [[1.0, 41.0]], "runs": [{**run, "system": "collapsar", "run": 1}]}
+    (tmp_path / "raw.json").write_text(
+        json.dumps({**raw, "runs": [{**run, "system": s, "run": 1} for s in ("collapsar", "reference")]})
+    )
+    merged = bench.with_reference_from(raw, tmp_path)
+    assert [r["system"] for r in merged["runs"]] == ["collapsar", "reference"]
+    assert merged["reference_from"] == str(tmp_path)
+    (tmp_path / "raw.json").write_text(json.dumps({**raw, "stages": [[1.0, 21.0]]}))
+    with pytest.raises(CollapsarError, match="other flows or stages"):
+        bench.with_reference_from(raw, tmp_path)
