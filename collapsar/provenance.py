@@ -16,6 +16,8 @@ import platform
 import subprocess
 from pathlib import Path
 
+from collapsar.model import host_congestion_control
+
 PROBE_TIMEOUT_S = 2.0
 _VERSION_CHARS = 120  # of a tool's first line: enough for any version banner
 PROVENANCE = "provenance.json"
@@ -63,7 +65,13 @@ def describe() -> dict:
     """The host and tool versions of the run starting now."""
     uname = os.uname()
     return {
-        "host": {"kernel": uname.release, "kernel_build": uname.version, "machine": uname.machine},
+        "host": {
+            "kernel": uname.release,
+            "kernel_build": uname.version,
+            "machine": uname.machine,
+            # What TCP uses where the experiment names no `congestion-control`.
+            "tcp_congestion_control": host_congestion_control(),
+        },
         "versions": {
             "collapsar": _package_version("collapsar"),
             "collapsar_commit": _source_commit(),

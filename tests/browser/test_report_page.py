@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from test_local_support import CLI, Cli, run_id_of
@@ -122,6 +123,8 @@ def test_the_figures_of_the_run(report):
     as_run = (report["run_dir"] / "experiment.yaml").read_bytes()
     assert figures["experiment"]["sha256"] == hashlib.sha256(as_run).hexdigest()
     assert figures["provenance"]["host"]["kernel"] == os.uname().release
+    host_default = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    assert figures["provenance"]["host"]["tcp_congestion_control"] == host_default
     load = next(f for f in figures["flows"]["series"] if (f["src"], f["dst"]) == ("load", "sink"))
     # the bottleneck's rate in force: 20 Mbit/s, then 10 from the event at 2 s on
     assert load["configured"][0] == 20_000_000 and load["configured"][-1] == 10_000_000
@@ -148,6 +151,11 @@ def test_every_plot_is_drawn_and_no_request_leaves_the_page(report, browser, sho
         assert page.evaluate("window.collapsarReport.cy.nodes().length") == len(topology["nodes"]) == 7
         assert page.evaluate("window.collapsarReport.cy.edges().length") == len(topology["links"]) == 6
         assert figures["experiment"]["sha256"] in page.inner_text("#about")
+        host_default = figures["provenance"]["host"]["tcp_congestion_control"]
+        about = page.inner_text("#about")
+        assert (
+            "host's TCP congestion control" in about and host_default in about.split("host's TCP congestion control")[1]
+        )
         assert '</script><script>alert("from the file")</script>' in page.text_content("pre.source")
         page.screenshot(path=str(shots / "report.png"), full_page=True)
         assert problems == []

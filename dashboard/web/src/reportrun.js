@@ -17,6 +17,7 @@ function header() {
   const prov = data.provenance;
   if (prov) {
     rows.push(["kernel", `${prov.host.kernel} ${prov.host.kernel_build} (${prov.host.machine})`]);
+    if (prov.host.tcp_congestion_control) rows.push(["host's TCP congestion control", prov.host.tcp_congestion_control]);
     for (const [tool, version] of Object.entries(prov.versions)) rows.push([tool, version ?? "unknown"]);
   }
   rows.push(["report made", `${new Date(data.generated.at_unix * 1000).toISOString()} by collapsar ${data.generated.collapsar}`]);
