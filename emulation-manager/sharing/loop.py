@@ -16,8 +16,7 @@ in a multi-host run).  Every period `ShareLoop.tick`:
    flows the other managers published (expired senders are gone);
 4. runs `sharing.share` over all flows with the link capacities of the
    timeline's current state, and `sharing.congestion_loss` over the measured
-   rates (charged only on a link oversubscribed for `loss_after_periods`
-   periods in a row, 400 ms: see `ShareLoop._congestion`);
+   rates;
 5. pushes into its cores an `Override` per active destination: decreases at
    once, increases smoothed by `increase_gain`; congestion loss only where
    the experiment has netem.  A destination that stopped or was cut gets its
@@ -61,7 +60,6 @@ class ShareSettings:
     snap_ratio: float = 0.02  # an increase this close to its target lands on it
     loss_step: float = 0.005
     loss_tolerance: float = 0.10  # see sharing.congestion_loss; the windowed rate's noise
-    loss_after_periods: int = 8  # a link oversubscribed this long is charged (see ShareLoop._congestion)
 
 
 @dataclass
@@ -141,7 +139,6 @@ class ShareLoop:
         self.period = 0
         self._samples: dict[tuple[str, str], deque] = {}
         self.applied: dict[tuple[str, str], Override] = {}  # what each own destination got
-        self._oversubscribed: dict[int, int] = {}  # link -> periods in a row its flows offered more than it carries
         self._view: _LinkView | None = None
         self.last: dict = {"flows": [], "links": []}
 
@@ -231,24 +228,11 @@ class ShareLoop:
             offered[flow.flow_id] = flow.demand_bps
             saturated[flow.flow_id] = False
         result = share(flows, view.capacity, view.rtt_exponent)
-        link_loss, flow_loss = self._congestion(flows, offered, result.rate_bps, view.capacity)
+        link_loss, flow_loss = congestion_loss(
+            flows, offered, result.rate_bps, view.capacity, self.settings.loss_tolerance
+        )
         self._push(own, result.rate_bps, flow_loss)
         self._record(saturated, flows, offered, result.rate_bps, link_loss, flow_loss)
-
-    def _congestion(self, flows, offered, allowed, capacity) -> tuple[dict, dict]:
-        """Congestion loss, charged only on a link its flows have offered
-        more than it carries for `loss_after_periods` periods in a row.  A
-        TCP flow overshoots its class for a moment (the counters see what
-        enters its queue, and its queue's tail drop is the loss that answers
-        it); charged at once, it took random loss on top (bench/kollaps-fig8
-        .yaml in the VM: c1, 70 ms RTT, was charged 29% at 98 s and sent 1.6
-        Mbit/s in the next second against the 1.93 it was allowed).  A sender
-        that does not answer loss stays above its share, and is charged."""
-        s = self.settings
-        charged = {lid for lid, n in self._oversubscribed.items() if n >= s.loss_after_periods - 1}
-        link_loss, flow_loss = congestion_loss(flows, offered, allowed, capacity, s.loss_tolerance, charged)
-        self._oversubscribed = {lid: self._oversubscribed.get(lid, 0) + 1 for lid in link_loss}
-        return link_loss, flow_loss
 
     def _smoothed(self, current: int | None, target: int | None) -> int | None:
         if target is None or current is None or target <= current:

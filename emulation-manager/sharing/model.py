@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -294,7 +294,6 @@ def congestion_loss(
     allowed_bps: Mapping[FlowId, int | None],
     link_rate_bps: Mapping[LinkId, int | None],
     tolerance: float = 0.0,
-    charged: Collection[LinkId] | None = None,
 ) -> tuple[dict[LinkId, float], dict[FlowId, float]]:
     """The loss that brings every oversubscribed link back to its capacity.
 
@@ -313,9 +312,6 @@ def congestion_loss(
     its share only beyond (1 + tolerance) x its allowed rate (a TCP flow's
     windowed rate overshoots its class by a few percent in its sawtooth).
 
-    `charged`: the links whose excess is charged (None: all); every
-    oversubscribed link is in the first dict all the same.
-
     Returns (link id -> (offered - capacity) / offered, flow id -> loss)."""
     on_link: dict[LinkId, list[Flow]] = {}
     for flow in flows:
@@ -330,8 +326,6 @@ def congestion_loss(
             continue
         excess = offered - capacity
         link_loss[link_id] = excess / offered
-        if charged is not None and link_id not in charged:
-            continue
         over = {
             f.flow_id: max(
                 0, offered_bps.get(f.flow_id, 0) - (allowed_bps.get(f.flow_id) or math.inf) * (1 + tolerance)

@@ -280,16 +280,6 @@ def test_congestion_loss_compounds_and_ignores_unlimited_links():
     assert congestion_loss(flows, {"f": M, "g": M, "h": M}, allowed, {1: 30 * M, 2: 20 * M, 3: None}) == ({}, {})
 
 
-def test_congestion_loss_charges_only_the_links_it_is_told():
-    flows = [flow("u", [1, 2], 10), flow("t", [2], 10)]
-    offered, allowed = {"u": 8 * M, "t": 4 * M}, {"u": 4 * M, "t": 4 * M}
-    links = {1: 6 * M, 2: 8 * M}
-    link_loss, flow_loss = congestion_loss(flows, offered, allowed, links, charged={2})
-    assert link_loss == {1: 0.25, 2: 1 / 3}  # both reported
-    assert flow_loss == {"u": pytest.approx(0.5)}  # link 2's 4 too many, all u's excess over its 4
-    assert congestion_loss(flows, offered, allowed, links, charged=set())[1] == {}
-
-
 def test_congestion_loss_forgives_measurement_noise():
     flows = [flow("u", [7], 10), flow("t", [7], 10)]
     allowed = {"u": 10 * M, "t": 10 * M}
