@@ -111,7 +111,7 @@ def rtt_run(tmp_path_factory):
     }
 
 
-def test_shares_follow_one_over_rtt_and_the_access_limited_flow_keeps_its_rate(rtt_run, record_property):
+def test_shares_follow_the_rtt_weights_and_the_access_limited_flow_keeps_its_rate(rtt_run, record_property):
     assert rtt_run["code"] == 0, rtt_run["lines"]
     ratio = 2**0.55  # a:b, RTTs 20 and 40 ms
     expected = {"a": 6 * M * ratio / (ratio + 1), "b": 6 * M / (ratio + 1), "c": 1 * M}  # c: its access link
