@@ -214,7 +214,8 @@ class Background:
     [0, the link's rate], drawn again every `every_us`.  It sends no packets:
     it is one more flow in the sharing model on this link alone, wanting the
     drawn rate, with `rtt_us` as its round trip (its weight, as every flow's,
-    is 1/RTT), so it takes its share of the link like any flow."""
+    is RTT^-a, a for the experiment's congestion control), so it takes its
+    share of the link like any flow."""
 
     mean_bps: int
     sd_bps: int = 0

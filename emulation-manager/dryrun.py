@@ -5,10 +5,10 @@ it (`EmulationCore.plan`: a class per destination, placeholders for those
 with no path), laid out as the TCAL lays it out (`plan_tree`), so the dry
 run prints what a run installs.  Instances no one reaches at t=0 are shown
 guarded, as a local run guards them (`guards_at_start`): their classes in
-the other trees are made with the path they will first have, not cut.  Addresses are those a real run would give
-(they depend only on instance order and the subnet); namespace and
-interface names carry a placeholder run id, since a real run draws a fresh
-one.
+the other trees are made with the path they will first have, not cut.
+Addresses are those a real run would give (they depend only on instance
+order and the subnet); namespace and interface names carry a placeholder
+run id, since a real run draws a fresh one.
 """
 
 from __future__ import annotations
