@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "tests"))
 from collapsar.errors import CollapsarError  # noqa: E402
-from collapsar.model import Experiment, ServiceEvent, instance_name  # noqa: E402
+from collapsar.model import Experiment, ServiceEvent, host_congestion_control, instance_name  # noqa: E402
 from collapsar.parser import parse_file  # noqa: E402
 from collapsar.units import parse_duration_us  # noqa: E402
 
@@ -164,7 +164,6 @@ def run_reference(file: Path, out: Path) -> Path:
 
 
 def measure(args) -> int:
-    from collapsar.model import host_congestion_control
     from collapsar.tcal import check_kernel
 
     experiment = parse_file(args.file)
@@ -230,8 +229,7 @@ def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, 
     from collapsar.report.aggregate import stats
 
     stages = [tuple(s) for s in raw["stages"]]
-    # Measurements before the field was recorded ran in the VM, whose kernel defaults to cubic.
-    control = raw.get("congestion_control") or "cubic"
+    control = _control(raw)
     model, full = model_rates(experiment, raw["flows"], stages, rtt_exponent(control))
     goodput = GOODPUT_PER_RATE[experiment.settings.wire_overhead]
     for run in raw["runs"]:
@@ -257,10 +255,9 @@ def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, 
                 if got is None or allowed is None:
                     cells.append(f"{'-':>26} {'-':>6}")
                     continue
-                ci = got["ci95"] or [got["mean"], got["mean"]]
                 err = got["mean"] / (allowed * goodput) - 1
                 errors[system].append(abs(err))
-                cells.append(f"{got['mean'] / 1e6:7.3f} [{ci[0] / 1e6:7.3f}, {ci[1] / 1e6:7.3f}] {err:+6.1%}")
+                cells.append(f"{_mean_and_interval(got)} {err:+6.1%}")
             row["inside"] = _inside(row["collapsar"], row["reference"])
             if row["inside"] is not None:
                 inside.append(row["inside"])
@@ -278,6 +275,18 @@ def summarise(raw: dict, experiment: Experiment, settle_s: float) -> tuple[str, 
     took = {s: sum(r["took_s"] for r in raw["runs"] if r["system"] == s) for s in SYSTEMS}
     lines.append("run time: " + ", ".join(f"{s} {t:.0f} s" for s, t in took.items()))
     return "\n".join(lines), summary
+
+
+def _control(raw: dict) -> str:
+    """The congestion control the runs used; measurements from before it
+    was recorded ran in the VM, whose kernel defaults to cubic."""
+    return raw.get("congestion_control") or "cubic"
+
+
+def _mean_and_interval(got: dict) -> str:
+    """`mean [low, high]` in Mbit/s of a `report.aggregate.stats` result."""
+    low, high = got["ci95"] or [got["mean"], got["mean"]]
+    return f"{got['mean'] / 1e6:7.3f} [{low / 1e6:7.3f}, {high / 1e6:7.3f}]"
 
 
 def _inside(collapsar: dict | None, reference: dict | None) -> bool | None:
@@ -304,13 +313,7 @@ def _utilisation(raw: dict, full: dict, summary: dict) -> list[str]:
                         totals.append(sum(values))
                 got[system] = stats(totals)
             summary[f"{int(k) + 1}/{name}"] = got
-            cells = [
-                f"{g['mean'] / 1e6:7.3f} [{(g['ci95'] or [g['mean']] * 2)[0] / 1e6:7.3f}, "
-                f"{(g['ci95'] or [g['mean']] * 2)[1] / 1e6:7.3f}]"
-                if g
-                else f"{'-':>25}"
-                for g in got.values()
-            ]
+            cells = [_mean_and_interval(g) if g else f"{'-':>25}" for g in got.values()]
             ratio = (
                 f"{got['collapsar']['mean'] / got['reference']['mean'] - 1:+6.1%}"
                 if got["collapsar"] and got["reference"]
@@ -329,7 +332,7 @@ def with_reference_from(raw: dict, folder: Path) -> dict:
     other = json.loads(other_file.read_text())
     if (other["flows"], other["stages"]) != (raw["flows"], raw["stages"]):
         raise CollapsarError(f"--reference-from {folder}: its runs measured other flows or stages")
-    if other.get("congestion_control", "cubic") != raw.get("congestion_control", "cubic"):
+    if _control(other) != _control(raw):
         raise CollapsarError(f"--reference-from {folder}: its runs used another congestion control")
     runs = [r for r in raw["runs"] if r["system"] != "reference"] + [
         r for r in other["runs"] if r["system"] == "reference"

@@ -150,12 +150,10 @@ class TcTree:
             last_minor=LAST_DEST_MINOR if layout is None else layout.last_parent,
         )
         self._htb = plan.htb
-        bucket = None
         if self.bucket is not None:
-            bucket = tbf_params(self.bucket, wire_overhead=self.wire_overhead, mtu_bytes=self._mtu)
-        self.bucket_params = bucket
+            self.bucket_params = tbf_params(self.bucket, wire_overhead=self.wire_overhead, mtu_bytes=self._mtu)
         self._minors = MinorAllocator(plan.last_minor)
-        self._requests = requests = TreeRequests(interface_index(self.netns, self.ifname), bucket, layout)
+        self._requests = requests = TreeRequests(interface_index(self.netns, self.ifname), self.bucket_params, layout)
         self._sock = RouteSocket(self.netns)
         failures = self._socket.execute(requests.roots())
         if failures:

@@ -20,9 +20,9 @@ from collapsar.manager.local import firewall
 from collapsar.manager.local.rundir import Journal
 from collapsar.manager.nsexec import InNetns, create_netns
 from collapsar.manager.run.stages import StageClock
+from collapsar.model import HOST_CONGESTION_CONTROL
 
 HOSTS_ROOT = Path("/etc/netns")  # where `ip netns exec` looks for per-namespace files
-CONGESTION_CONTROL = "/proc/sys/net/ipv4/tcp_congestion_control"  # per network namespace
 AVAILABLE_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 MODULES = Path("/lib/modules")
 
@@ -46,7 +46,7 @@ def check_congestion_control(name: str) -> None:
 def set_congestion_control(netns: str, name: str) -> None:
     """TCP in the namespace uses `name` (a new namespace starts with the host's default)."""
     with InNetns(netns):
-        fd = os.open(CONGESTION_CONTROL, os.O_WRONLY)
+        fd = os.open(HOST_CONGESTION_CONTROL, os.O_WRONLY)  # the entered namespace's own
     try:
         os.write(fd, name.encode())
     except OSError as error:
