@@ -47,21 +47,35 @@ Why these numbers (measured on this project's hosts, see bench/tcal_bench.py):
   features does not stop TCP (the kernel keeps GSO on for it); the device's
   gso_max_segs does.  We lower it, only when some path needs it, so that one
   super-packet lasts no longer than one burst at the slowest path's rate (2
-  frames at 1 Mbit/s: per-second goodput then within 0.93-0.95 Mbit/s).  Not
-  to 1: a segment per skb caps a veth near 570 Mbit/s on these 2-core hosts.
-  Sockets read the limit when they connect, so it follows the setup rates,
-  not the sharing loop's.
-- netem limit: netem's default of 1000 packets caps TCP at 13-44 Mbit/s on a
-  100 Mbit/s path with 200 ms delay, because every packet in the delay line
-  occupies the queue.  The limit is the delay line (rate x (delay + 4 jitter))
-  in full frames, times 1.5 for the window overshoot of slow start, plus the
-  1000 packets the leaf would hold without any delay.
-- a path's `queue` (collapsar.impairments) replaces that sizing: the delay
-  comes before the queue in the leaf, so its limit is the packets in flight
-  along the delay at the queue's rate (rate x delay, Little's law: jitter
-  does not change the mean) plus the queue.  In steady state the backlog
-  then drops at the configured queue; in slow start's bursts more packets
-  are in flight and the first drop comes earlier than on a real link.
+  frames at 1 Mbit/s: per-second goodput then within 0.93-0.95 Mbit/s).  To
+  1 only when every path of the interface is at most SINGLE_FRAME_MAX_BPS:
+  a queue then counts frames, as a link's does (a queue counts packets, and
+  TCP at a few Mbit/s hands it 2-frame super-packets), at a cost the slow
+  paths can afford; beside a fast path, 2 at least: a segment per skb caps a
+  veth near 570 Mbit/s on these 2-core hosts (the VM tier's emulated CPU
+  carries 25 Mbit/s of single frames).  Sockets read the limit when they
+  connect, so it follows the setup rates, not the sharing loop's, and it only
+  lowers.
+- leaf limit: the delay comes before the queue in the leaf (netem holds the
+  packets it delays and the backlog in one queue: its default of 1000 packets
+  caps TCP at 13-44 Mbit/s on a 100 Mbit/s path with 200 ms delay), so the
+  limit is the packets in flight along the delay at the path's rate (rate x
+  delay, Little's law: jitter does not change the mean) plus the queue.  In
+  steady state the backlog then drops at the queue; in slow start's bursts
+  more packets are in flight and the first drop comes earlier than on a
+  real link.
+- the queue: a path's `queue` (collapsar.impairments), else the path's
+  round trip (2 x delay) at its rate, the bandwidth-delay product real
+  links are given (and the hop-by-hop reference of the tests), at least
+  one burst (BURST_TIME_US: a dequeue that runs that late must not drop)
+  and DEFAULT_QUEUE_FLOOR_PKTS.  Not netem's 1000 packets, which Kollaps
+  kept: netem orphans what it delays, so TCP's small-queue limit no longer
+  bounds a flow's backlog, and a CUBIC flow filled its class with seconds
+  of queue at its share (1022 packets: 7 s at 1.76 Mbit/s), stalled for
+  seconds when a join cut its share and got 8.6% less than it; with the
+  round trip it gets its share within 1% (docs/fidelity.md "Long flows").
+  A path without a rate keeps the old sizing: the delay line (rate x (delay
+  + 4 jitter)) at LIMIT_RATE_CAP_BPS with 1.5 x headroom plus 1000 packets.
 - jitter in order: netem's rate mode makes each packet leave no earlier
   than the one before it; at IN_ORDER_RATE_BPS it adds 0.12 us per frame.
 """
@@ -108,9 +122,11 @@ BURST_TIME_US = 20_000
 MIN_BURST_FRAMES = 2
 MAX_BURST_S = 200
 MIN_GSO_SEGS = 2
+SINGLE_FRAME_MAX_BPS = 20_000_000
 GSO_MAX_BYTES = 65536  # the largest super-packet (gso_max_size)
 LIMIT_HEADROOM = 1.5
 BASE_QUEUE_PKTS = 1000
+DEFAULT_QUEUE_FLOOR_PKTS = 10
 MAX_LIMIT_PKTS = 0xFFFF_FFFF
 JITTER_SPAN = 4  # netem's tables reach 4 standard deviations (s16 / 8192)
 IN_ORDER_RATE_BPS = 100 * 10**9  # netem's rate for jitter in order: far above any path
@@ -212,15 +228,26 @@ def htb_params(rate_bps: int | None, *, wire_overhead: bool, mtu_bytes: int = 15
     return params if prio == DEST_PRIO else params._replace(prio=prio)
 
 
+def default_queue_pkts(rate_bps: int, delay_us: int, mtu_bytes: int = 1500) -> int:
+    """The queue of a path with a rate and no `queue`: its round trip (twice
+    its delay), at least one burst (BURST_TIME_US), of full frames at its
+    rate, and at least DEFAULT_QUEUE_FLOOR_PKTS (see the module docstring)."""
+    frame = mtu_bytes + ETH_HEADER_BYTES
+    span_us = max(2 * delay_us, BURST_TIME_US)
+    return max(DEFAULT_QUEUE_FLOOR_PKTS, math.ceil(rate_bps / 8 * span_us / 1e6 / frame))
+
+
 def leaf_limit_pkts(
     rate_bps: int | None, delay_us: int, jitter_us: int, mtu_bytes: int = 1500, queue: Queue | None = None
 ) -> int:
-    """Queue limit (packets) for a leaf: delay line with headroom plus a base
-    queue, or, with a `queue`, the mean delay line plus that queue."""
+    """Queue limit (packets) for a leaf: the mean delay line plus the queue
+    (`queue`, or for a path with a rate the default_queue_pkts); a path
+    without a rate, the delay line with headroom plus a base queue."""
     rate = min(rate_bps or LIMIT_RATE_CAP_BPS, LIMIT_RATE_CAP_BPS)
     frame = mtu_bytes + ETH_HEADER_BYTES
-    if queue is not None:
-        limit = math.ceil(rate / 8 * delay_us / 1e6 / frame) + queue.packets_at(rate, frame)
+    if queue is not None or rate_bps is not None:
+        backlog = queue.packets_at(rate, frame) if queue is not None else default_queue_pkts(rate, delay_us, mtu_bytes)
+        limit = math.ceil(rate / 8 * delay_us / 1e6 / frame) + backlog
         return min(limit, MAX_LIMIT_PKTS)
     line_bytes = rate / 8 * (delay_us + JITTER_SPAN * jitter_us) / 1e6
     limit = BASE_QUEUE_PKTS + math.ceil(LIMIT_HEADROOM * line_bytes / frame)
@@ -259,11 +286,14 @@ class HtbCalculator:
 
 
 def gso_max_segs(rates_bps: list[int | None], mtu_bytes: int = 1500) -> int | None:
-    """The interface's gso_max_segs so that a super-packet lasts at most one burst
+    """The interface's gso_max_segs: 1 when every path is at most
+    SINGLE_FRAME_MAX_BPS, else so that a super-packet lasts at most one burst
     (BURST_TIME_US) at the slowest path; None when no path is slow enough to care."""
     limited = [r for r in rates_bps if r is not None]
     if not limited:
         return None
+    if len(limited) == len(rates_bps) and max(limited) <= SINGLE_FRAME_MAX_BPS:
+        return 1
     frame = mtu_bytes + ETH_HEADER_BYTES
     segs = int(min(limited) / 8 * BURST_TIME_US / 1e6 // frame)
     if segs >= GSO_MAX_BYTES // frame:

@@ -97,6 +97,7 @@ class TcTree:
         self._level2: set[int] = set()
         self._root_made = False
         self._gso: GsoLimit | None = None
+        self._gso_rates: list[int | None] = []  # every path's rate the limit has seen (it only lowers)
         self._dup = Duplicator(ifname, netns)  # attaches only once a destination duplicates
         self.all_cut = False  # cut_all in force: every path dropped, whatever each destination's filter says
 
@@ -396,6 +397,7 @@ class TcTree:
         if self._gso is not None:
             self._gso.restore()
             self._gso = None
+            self._gso_rates = []
         if self._root_made:
             failures = self._sock.execute([self._requests.delete_root()])
             # Gone already (interface or namespace deleted under us) is what we wanted.
@@ -475,7 +477,8 @@ class TcTree:
         return self._sock
 
     def _limit_gso(self, rates_bps: list[int | None]) -> None:
-        segs = gso_max_segs(rates_bps, self._mtu)  # see plan: super-packets on slow paths
+        self._gso_rates += rates_bps
+        segs = gso_max_segs(self._gso_rates, self._mtu)  # see plan: super-packets on slow paths
         if segs is not None:
             assert self._gso is not None, "setup() makes the GSO limit before any rate is set"
             self._gso.lower_to(segs)

@@ -83,15 +83,16 @@ def rtt_under_flood_ms(pair, ip: str, packets: int) -> list[float]:
 
 @pytest.mark.parametrize(
     "queue,packets",
-    [(Queue(packets=20), 20), (Queue(packets=100), 100), (Queue(time_us=20_000), 17)],
-    ids=["20 packets", "100 packets", "20ms"],
+    [(Queue(packets=20), 20), (Queue(packets=100), 100), (Queue(time_us=20_000), 17), (None, 17)],
+    ids=["20 packets", "100 packets", "20ms", "default"],
 )
 def test_a_full_queue_delays_by_its_size(tree_factory, queue, packets):
+    """Without a `queue` a path without delay gets one burst: 20 ms at its rate."""
     pair, tree = tree_factory(n_dst=1)
     ip = pair.dst_ips[0]
     # A path's queue is in packets once composed (collapsar.impairments.compose);
     # a time here is what compose turns into packets at the rate.
-    given = Queue(packets=queue.packets_at(RATE_BPS, 1514))
+    given = None if queue is None else Queue(packets=queue.packets_at(RATE_BPS, 1514))
     tree.setup([Shaping(ip, rate_bps=RATE_BPS, extras=Extras(queue=given))])
     assert leaf_limit(pair.src_ns, pair.src_if) == [0, packets]  # the blackhole's pfifo, then ours
     rtts = sorted(rtt_under_flood_ms(pair, ip, packets))
@@ -120,6 +121,6 @@ def test_a_queue_change_is_exact_both_ways(tree_factory):
     tree.change(ip, extras=Extras(queue=Queue(packets=30)))
     assert leaf_limit(pair.src_ns, pair.src_if) == [0, 30]
     tree.change(ip, extras=Extras())
-    assert leaf_limit(pair.src_ns, pair.src_if) == [0, 1000]  # the default without delay
+    assert leaf_limit(pair.src_ns, pair.src_if) == [0, 17]  # the default without delay: 20 ms at 10 Mbit/s
     tree.change(ip, rate_bps=RATE_BPS // 2)
-    assert leaf_limit(pair.src_ns, pair.src_if) == [0, 1000]
+    assert leaf_limit(pair.src_ns, pair.src_if) == [0, 17]

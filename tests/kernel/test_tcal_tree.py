@@ -200,6 +200,19 @@ def test_slow_paths_lower_gso_and_teardown_restores_it(tree_factory):
     assert _gso_max_segs(pair) == 65535
 
 
+def test_only_slow_paths_send_a_frame_per_packet(tree_factory):
+    """Every path at 20 Mbit/s or less: one frame per packet, so a queue
+    counts frames as a link's does; a fast path added later keeps it (sockets
+    read the limit when they connect, so it only lowers)."""
+    pair, tree = tree_factory()
+    tree.setup([Shaping(pair.dst_ips[0], 5_000_000), Shaping(pair.dst_ips[1], 20_000_000)])
+    assert _gso_max_segs(pair) == 1
+    tree.add(Shaping(pair.dst_ips[2], 10**9))
+    assert _gso_max_segs(pair) == 1
+    tree.teardown()
+    assert _gso_max_segs(pair) == 65535
+
+
 def test_fast_paths_leave_gso_alone(tree_factory):
     pair, tree = tree_factory()
     tree.setup([Shaping(ip, 10**9) for ip in pair.dst_ips])

@@ -126,7 +126,7 @@ def test_the_leaf_carries_every_impairment():
     assert (leaf.reorder_ratio, leaf.corrupt_ratio) == (0.02, 0.001)
     assert describe_leaf(leaf) == (
         "netem delay 20ms jitter 2ms normal in order loss gemodel p 0.003367 r 0.333333 1-h 1 1-k 0 "
-        "(rate 0.01, mean burst 3) reorder 0.02 corrupt 0.001 limit 1035"  # 1000 + 1.5 x 28 ms at 10 Mbit/s
+        "(rate 0.01, mean burst 3) reorder 0.02 corrupt 0.001 limit 51"  # 20 + 40 ms at 10 Mbit/s: 17 + 34
     )
     # jitter in order means nothing without jitter
     assert leaf_params(Shaping("10.0.0.2", None, delay_us=5, extras=extras), netem=True).in_order is False

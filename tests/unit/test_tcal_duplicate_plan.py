@@ -18,7 +18,7 @@ IP = "10.0.1.2"
 
 def test_a_tree_without_netem_duplicates_on_its_pfifo_leaf():
     shaping = Shaping(IP, 10_000_000, extras=Extras(duplicate_ratio=0.1))
-    assert leaf_params(shaping, netem=False) == LeafParams("pfifo", 1000, duplicate_ratio=0.1)
+    assert leaf_params(shaping, netem=False) == LeafParams("pfifo", 17, duplicate_ratio=0.1)
     with pytest.raises(CollapsarError, match=r"delay, jitter and loss .* need sch_netem, .*\(delay_us=1000,"):
         leaf_params(Shaping(IP, None, delay_us=1000, extras=Extras(duplicate_ratio=0.1)), netem=False)
     with pytest.raises(CollapsarError, match="reorder_ratio=0.2"):
@@ -29,7 +29,7 @@ def test_describe_says_the_copy_is_made_by_ebpf():
     plan = plan_tree([Shaping(IP, 10_000_000, delay_us=10_000, extras=Extras(duplicate_ratio=0.1))])
     assert plan.dests[0].leaf.duplicate_ratio == 0.1
     assert plan.describe()[4].endswith(
-        "leaf 10: netem delay 10ms loss 0 limit 1013; duplicate 0.1 (eBPF copy at clsact egress, shaped by this class)"
+        "leaf 10: netem delay 10ms loss 0 limit 26; duplicate 0.1 (eBPF copy at clsact egress, shaped by this class)"
     )
     pfifo = leaf_params(Shaping(IP, None, extras=Extras(duplicate_ratio=0.25)), netem=False)
     assert describe_leaf(pfifo) == "pfifo limit 1000; duplicate 0.25 (eBPF copy at clsact egress, shaped by this class)"

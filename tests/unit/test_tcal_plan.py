@@ -15,6 +15,7 @@ from collapsar.tcal.plan import (
     HtbCalculator,
     HtbParams,
     LeafParams,
+    default_queue_pkts,
     gso_max_segs,
     htb_params,
     leaf_limit_pkts,
@@ -22,15 +23,27 @@ from collapsar.tcal.plan import (
 )
 
 
-def test_limit_for_100mbit_at_200ms_holds_the_delay_line_with_headroom():
-    # 12.5 MB/s x 0.2 s = 2.5 MB = 1651.25 frames of 1514 B; x 1.5 -> 2477; + 1000 base.
-    assert leaf_limit_pkts(100_000_000, 200_000, 0) == 3477
+def test_limit_for_100mbit_at_200ms_holds_the_delay_line_and_a_round_trip_of_queue():
+    # 12.5 MB/s x 0.2 s = 2.5 MB = 1651.25 frames of 1514 B in flight; the
+    # queue is the round trip, 0.4 s: 3302.5 frames.
+    assert leaf_limit_pkts(100_000_000, 200_000, 0) == 1652 + 3303
+    assert default_queue_pkts(100_000_000, 200_000) == 3303
 
 
-def test_limit_counts_four_jitter_deviations_and_caps_unlimited_at_10gbit():
-    assert leaf_limit_pkts(10_000_000, 10_000, 5_000) == 1000 + 38  # 1.25 MB/s x 30 ms x 1.5 / 1514
-    assert leaf_limit_pkts(None, 1_000, 0) == leaf_limit_pkts(10 * 10**9, 1_000, 0) == 2239
-    assert leaf_limit_pkts(10_000_000, 0, 0) == 1000
+def test_the_default_queue_is_at_least_a_burst_and_ten_packets():
+    # 10 ms each way at 10 Mbit/s: 9 frames in flight, and the queue is one
+    # burst (20 ms: 16.5 frames), not the 20 ms round trip's (also 16.5).
+    assert leaf_limit_pkts(10_000_000, 10_000, 5_000) == 9 + 17  # jitter does not move the mean
+    assert leaf_limit_pkts(10_000_000, 0, 0) == default_queue_pkts(10_000_000, 0) == 17
+    assert default_queue_pkts(10_000_000, 30_000) == 50  # 60 ms at 10 Mbit/s: 49.5 frames
+    assert default_queue_pkts(1_000_000, 0) == 10  # 20 ms at 1 Mbit/s is 1.7 frames
+    assert default_queue_pkts(1_000_000_000, 0, mtu_bytes=9000) == 278  # 20 ms of 9014-byte frames
+
+
+def test_a_path_without_a_rate_keeps_its_delay_line_with_headroom_and_a_base_queue():
+    # 10 Gbit/s x 1 ms = 825.6 frames, x 1.5 -> 1239; + 1000
+    assert leaf_limit_pkts(None, 1_000, 0) == leaf_limit_pkts(None, 1_000, 0, queue=None) == 2239
+    assert leaf_limit_pkts(None, 0, 0) == 1000
 
 
 def test_htb_for_10mbit_charges_wire_overhead_as_a_rate():
@@ -66,7 +79,10 @@ def test_goodput_ratio_matches_real_ethernet():
 
 
 def test_gso_limit_follows_the_slowest_path():
-    assert gso_max_segs([10**6, 10**9]) == 2  # never 1: a segment per skb costs too much CPU
+    assert gso_max_segs([10**6, 10**9]) == 2  # not 1 beside a fast path: a segment per skb costs too much CPU
+    assert gso_max_segs([10**6, 20_000_000]) == 1  # every path slow: a frame per packet, as on a link
+    assert gso_max_segs([10**6, None]) == 2
+    assert gso_max_segs([20_000_001]) == 33
     assert gso_max_segs([10_000_000, None]) == 16  # 20 ms at 10 Mbit/s = 25000 B = 16 frames
     assert gso_max_segs([25_000_000]) == 41
     assert gso_max_segs([27_000_000]) is None  # 43 frames: a full 64 KB super-packet fits a burst
@@ -134,12 +150,12 @@ def test_plan_assigns_classes_leaves_and_describes_them():
     plan = plan_tree([Shaping("10.0.1.2", 10_000_000, 10_000, 1_000, "pareto", 0.001), Shaping("10.0.1.3", None)])
     assert [d.classid for d in plan.dests] == [0x10010, 0x10011]
     assert [d.leaf_handle for d in plan.dests] == [0x100000, 0x110000]
-    assert plan.dests[0].leaf == LeafParams("netem", 1018, 10_000, 1_000, "pareto", 0.001)
+    assert plan.dests[0].leaf == LeafParams("netem", 9 + 17, 10_000, 1_000, "pareto", 0.001)
     lines = plan.describe()
     assert lines[0] == "qdisc 1: root htb default 1:1 (wire overhead on, mtu 1500)"
     assert any(
         line.startswith("class 1:10 -> 10.0.1.2: rate=ceil 10Mbps (1230494 B/s), burst=cburst 24610 B")
-        and "netem delay 10ms jitter 1ms pareto loss 0.001 limit 1018" in line
+        and "netem delay 10ms jitter 1ms pareto loss 0.001 limit 26" in line
         for line in lines
     )
     assert "  filter u32 ht 1: bucket 1 -> ht 101: bucket 3 node 1: dst 10.0.1.3/32 -> 1:11" in lines
@@ -147,7 +163,7 @@ def test_plan_assigns_classes_leaves_and_describes_them():
 
 def test_without_netem_the_leaf_is_a_pfifo_and_delay_is_rejected():
     plan = plan_tree([Shaping("10.0.1.2", 10_000_000)], netem=False)
-    assert plan.dests[0].leaf == LeafParams("pfifo", 1000)
+    assert plan.dests[0].leaf == LeafParams("pfifo", 17)  # one burst: 20 ms at 10 Mbit/s
     assert plan.blackhole_leaf == LeafParams("pfifo", 0)
     with pytest.raises(
         CollapsarError,

@@ -1,0 +1,114 @@
+"""A path's default queue under load, through a whole `collapsar run` in the
+stock-kernel VM, held to the figures of the hop-by-hop reference
+(test_reference_vm.py: the same topology, the same pings, the same bounds).
+
+Without `queue:` a path with a rate gets its round trip at its rate
+(tcal/plan.py default_queue_pkts): c -> s crosses 30 ms each way at
+4 Mbit/s, so 60 ms, 19.8 frames: 20 packets, as the reference's BDP rule
+gives its bottleneck.  Every path of c is slow, so c sends one frame per
+packet (gso_max_segs 1) and the queue counts frames, as a link's does: a
+ping sent while one CUBIC flow fills the path waits up to the 20 frames
+(61.5 ms at the rate with wire overhead), about one round trip.  Before,
+the path had netem's 1000 packets (of up to 2 frames each): seconds.
+
+c measures, in one run: 50 pings idle, then an iperf3 flow for 22 s and,
+from 7 s into it, 200 pings.  Timing figures are soft (a busy host only
+makes the emulated machine later): the run is made again, up to ATTEMPTS
+times, until they are in bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+
+from test_netem import outside, percentile, until_in_bounds
+
+BOTTLENECK_BPS = 4_000_000
+BASE_RTT_MS = 60
+QUEUE_PKTS = 20  # 4 Mbit/s x 60 ms = 19.8 frames of 1514 bytes
+FULL_MS = QUEUE_PKTS * 1538 * 8 / BOTTLENECK_BPS * 1000  # 61.5 ms on the wire
+EXCESS_MS = 5.0  # both directions shaped (test_local_run_vm.py)
+
+TOPOLOGY = """\
+experiment: {name: vm-queue, congestion-control: cubic}
+services:
+  c:
+    command:
+      - sh
+      - -c
+      - >-
+        sleep 1; tc qdisc show; ip -d link show | grep -o "gso_max_segs [0-9]*";
+        echo IDLE; ping -n -i 0.05 -c 50 -W 3 s;
+        iperf3 -c s -p 5401 -t 22 -J > /tmp/cx-queue-iperf.json & sleep 7;
+        echo LOADED; ping -n -i 0.05 -c 200 -W 3 s; wait;
+        echo IPERF; cat /tmp/cx-queue-iperf.json
+  s: {command: [iperf3, -s, -p, "5401"]}
+bridges: [b1, b2]
+links:
+  - {from: c, to: b1, latency: 5ms, bandwidth: 8Mbps}
+  - {from: b1, to: b2, latency: 20ms, bandwidth: 4Mbps}
+  - {from: b2, to: s, latency: 5ms, bandwidth: 8Mbps}
+"""
+
+_TIME = re.compile(r"time=([0-9.]+) ms")
+
+
+def _run(tmp, attempt: int) -> tuple[str, list[float], list[float], dict]:
+    """One run: (c's `tc qdisc show` and gso_max_segs, idle RTTs, loaded RTTs, iperf3's report)."""
+    topology = tmp / "vm-queue.yaml"
+    topology.write_text(TOPOLOGY.replace("/tmp/cx-queue-iperf.json", f"/tmp/cx-queue-iperf-{attempt}.json"))
+    runs = tmp / f"runs-{attempt}"
+    done = subprocess.run(
+        [sys.executable, "-m", "collapsar.cli", "run", str(topology), "--duration", "36s"]
+        + ["--run-dir", str(runs), "--subnet", f"10.79.{2 + attempt}.0/24", "--grace", "1s"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run_dir,) = runs.iterdir()
+    out = (run_dir / "logs" / "c.out").read_text()
+    kernel, rest = out.split("IDLE", 1)
+    idle, rest = rest.split("LOADED", 1)
+    loaded, report = rest.split("IPERF", 1)
+    rtts = [[float(t) for t in _TIME.findall(part)] for part in (idle, loaded)]
+    return kernel, rtts[0], rtts[1], json.loads(report)
+
+
+def test_the_default_queue_delays_like_the_reference_bottleneck(tmp_path, record_property):
+    attempts = iter(range(1, 100))
+
+    def attempt():
+        kernel, idle, loaded, report = _run(tmp_path, next(attempts))
+        assert "error" not in report, report["error"]
+        # c's one path: its delay line (30 ms at 4 Mbit/s: 9.9 frames) and the queue; one frame per packet.
+        limits = re.findall(r"netem \S+: dev \S+ parent \S+ limit (\d+) delay 30ms", kernel)
+        assert limits == [str(10 + QUEUE_PKTS)], kernel
+        assert "gso_max_segs 1\n" in kernel, kernel
+        assert len(idle) >= 45, f"only {len(idle)} of 50 pings came back idle"
+        assert len(loaded) >= 150, f"only {len(loaded)} of 200 pings came back under load"
+        base = statistics.median(idle)
+        waits = [r - base for r in loaded]
+        goodput = report["end"]["sum_received"]["bits_per_second"] / BOTTLENECK_BPS
+        # Never much more than the queue: a hard bound (1000 packets waited seconds).
+        assert max(waits) <= 2 * FULL_MS, f"a ping waited {max(waits):.1f} ms behind a {FULL_MS:.1f} ms queue"
+        figures = {
+            "idle_median_ms": base,
+            "wait_median_ms": statistics.median(waits),
+            "wait_p95_ms": percentile(waits, 95),
+            "goodput_ratio": goodput,
+        }
+        return figures, (
+            outside("idle median", base, BASE_RTT_MS, BASE_RTT_MS + EXCESS_MS)
+            # The reference's bounds (test_reference_vm.py): CUBIC keeps a
+            # drop-tail queue between about 0.4 and 1 of its size.
+            + outside("median wait", statistics.median(waits), 0.3 * FULL_MS, 1.0 * FULL_MS)
+            + outside("p95 wait", percentile(waits, 95), 0.7 * FULL_MS, 1.1 * FULL_MS + 3)
+            + outside("goodput / rate", goodput, 0.88, 0.945)
+        )
+
+    until_in_bounds(record_property, attempt)
