@@ -26,16 +26,14 @@ import subprocess
 import sys
 
 from test_netem import outside, percentile, until_in_bounds
+from test_reference_vm import BASE_RTT_MS, BOTTLENECK, BOTTLENECK_BPS
 
-BOTTLENECK_BPS = 4_000_000
-BASE_RTT_MS = 60
 QUEUE_PKTS = 20  # 4 Mbit/s x 60 ms = 19.8 frames of 1514 bytes
 FULL_MS = QUEUE_PKTS * 1538 * 8 / BOTTLENECK_BPS * 1000  # 61.5 ms on the wire
 EXCESS_MS = 5.0  # both directions shaped (test_local_run_vm.py)
 
-TOPOLOGY = """\
-experiment: {name: vm-queue, congestion-control: cubic}
-services:
+# The reference's topology, with c measuring and CUBIC named (the VM's default).
+C_MEASURES = """\
   c:
     command:
       - sh
@@ -46,13 +44,11 @@ services:
         iperf3 -c s -p 5401 -t 22 -J > /tmp/cx-queue-iperf.json & sleep 7;
         echo LOADED; ping -n -i 0.05 -c 200 -W 3 s; wait;
         echo IPERF; cat /tmp/cx-queue-iperf.json
-  s: {command: [iperf3, -s, -p, "5401"]}
-bridges: [b1, b2]
-links:
-  - {from: c, to: b1, latency: 5ms, bandwidth: 8Mbps}
-  - {from: b1, to: b2, latency: 20ms, bandwidth: 4Mbps}
-  - {from: b2, to: s, latency: 5ms, bandwidth: 8Mbps}
 """
+TOPOLOGY = BOTTLENECK.replace(
+    "experiment: {name: reference-bottleneck}", "experiment: {name: vm-queue, congestion-control: cubic}"
+).replace('  c: {command: [sleep, "600"]}\n', C_MEASURES)
+assert "congestion-control" in TOPOLOGY and "IPERF" in TOPOLOGY
 
 _TIME = re.compile(r"time=([0-9.]+) ms")
 
