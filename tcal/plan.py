@@ -232,9 +232,8 @@ def default_queue_pkts(rate_bps: int, delay_us: int, mtu_bytes: int = 1500) -> i
     """The queue of a path with a rate and no `queue`: its round trip (twice
     its delay), at least one burst (BURST_TIME_US), of full frames at its
     rate, and at least DEFAULT_QUEUE_FLOOR_PKTS (see the module docstring)."""
-    frame = mtu_bytes + ETH_HEADER_BYTES
-    span_us = max(2 * delay_us, BURST_TIME_US)
-    return max(DEFAULT_QUEUE_FLOOR_PKTS, math.ceil(rate_bps / 8 * span_us / 1e6 / frame))
+    span = Queue(time_us=max(2 * delay_us, BURST_TIME_US))
+    return max(DEFAULT_QUEUE_FLOOR_PKTS, span.packets_at(rate_bps, mtu_bytes + ETH_HEADER_BYTES))
 
 
 def leaf_limit_pkts(
@@ -245,12 +244,12 @@ def leaf_limit_pkts(
     without a rate, the delay line with headroom plus a base queue."""
     rate = min(rate_bps or LIMIT_RATE_CAP_BPS, LIMIT_RATE_CAP_BPS)
     frame = mtu_bytes + ETH_HEADER_BYTES
-    if queue is not None or rate_bps is not None:
+    if queue is None and rate_bps is None:
+        line_bytes = rate / 8 * (delay_us + JITTER_SPAN * jitter_us) / 1e6
+        limit = BASE_QUEUE_PKTS + math.ceil(LIMIT_HEADROOM * line_bytes / frame)
+    else:
         backlog = queue.packets_at(rate, frame) if queue is not None else default_queue_pkts(rate, delay_us, mtu_bytes)
         limit = math.ceil(rate / 8 * delay_us / 1e6 / frame) + backlog
-        return min(limit, MAX_LIMIT_PKTS)
-    line_bytes = rate / 8 * (delay_us + JITTER_SPAN * jitter_us) / 1e6
-    limit = BASE_QUEUE_PKTS + math.ceil(LIMIT_HEADROOM * line_bytes / frame)
     # netem's limit is a u32; a path of several hour-long links would ask for
     # more, and four billion packets is no limit at all for any host's memory.
     return min(limit, MAX_LIMIT_PKTS)

@@ -42,7 +42,7 @@ def test_the_default_queue_is_at_least_a_burst_and_ten_packets():
 
 def test_a_path_without_a_rate_keeps_its_delay_line_with_headroom_and_a_base_queue():
     # 10 Gbit/s x 1 ms = 825.6 frames, x 1.5 -> 1239; + 1000
-    assert leaf_limit_pkts(None, 1_000, 0) == leaf_limit_pkts(None, 1_000, 0, queue=None) == 2239
+    assert leaf_limit_pkts(None, 1_000, 0) == 2239
     assert leaf_limit_pkts(None, 0, 0) == 1000
 
 
