@@ -27,11 +27,13 @@ import struct
 from typing import NamedTuple
 
 from collapsar.egress import EgressBucket
-from collapsar.tcal.layout import classid, format_handle
+from collapsar.tcal.layout import QUEUE_MAJOR_BASE, classid, format_handle
 from collapsar.tcal.nlmsg import TCA_OPTIONS, attr, u64_attr
 from collapsar.tcal.plan import PSCHED_TICK_NS, HtbCalculator
 
-BUCKET_MAJOR = 0xCB00  # the tbf's handle, cb00:; the htb tree hangs from cb00:1
+# The tbf's handle, 8000:, the queue major of minor 0, which no class takes
+# (collapsar.tcal.layout); the htb tree hangs from 8000:1.
+BUCKET_MAJOR = QUEUE_MAJOR_BASE
 BUCKET_HANDLE = classid(BUCKET_MAJOR, 0)
 TREE_PARENT = classid(BUCKET_MAJOR, 1)
 PEAK_BURST_FRAMES = 2

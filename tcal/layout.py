@@ -2,6 +2,7 @@
 
     1:    htb root            1:1  default class (unshaped)
     1:2   blackhole class     1:N  one class per destination, N >= 0x10, leaf N:
+                              (netem; its queue, netem's child, 8000+N:)
     u32   800:: -> ht 1: (third octet of the destination) -> ht 0x100+octet3:
           (fourth octet) -> one node per destination, matching its full address
 
@@ -22,7 +23,11 @@ ROOT_MAJOR = 1
 DEFAULT_MINOR = 1
 BLACKHOLE_MINOR = 2
 FIRST_DEST_MINOR = 0x10
-LAST_DEST_MINOR = 0xFFFE  # 0xffff is clsact's major, used by the counters
+# Leaves take the majors of their classes' minors, below 0x8000; a netem
+# leaf's queue (its child pfifo) takes 0x8000 + that: up to 0xfffe, as
+# 0xffff is clsact's major, used by the counters.
+LAST_DEST_MINOR = 0x7FFE
+QUEUE_MAJOR_BASE = 0x8000
 
 U32_LEVEL1_HTID = 0x001
 U32_LEVEL2_HTID_BASE = 0x100
@@ -32,6 +37,11 @@ U32_MAX_NODE = 0xFFF
 
 def classid(major: int, minor: int) -> int:
     return (major << 16) | minor
+
+
+def queue_handle(minor: int) -> int:
+    """The handle of the queue (netem's child) under leaf `minor`:."""
+    return classid(QUEUE_MAJOR_BASE + minor, 0)
 
 
 def format_handle(handle: int) -> str:

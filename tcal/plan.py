@@ -11,7 +11,8 @@ The tree on one instance's egress interface:
     1:2   blackhole class, leaf 2: drops everything (cut and removed paths)
     1:N   one class per destination (N >= 0x10), rate = ceil = path rate,
           leaf N: netem (delay, jitter, loss, burst loss, reordering,
-          corruption) or, without netem, a pfifo.  Duplication is not the
+          corruption) and under it, as its child, the queue 8000+N: (a
+          pfifo, after the delay); without netem, a pfifo.  Duplication is not the
           leaf's (a duplicating netem refuses to share a tree with other
           netems): an eBPF program at clsact egress copies the packet
           (collapsar.tcal.duplicate) and the copy takes the same class and leaf
@@ -56,14 +57,24 @@ Why these numbers (measured on this project's hosts, see bench/tcal_bench.py):
   carries 25 Mbit/s of single frames).  Sockets read the limit when they
   connect, so it follows the setup rates, not the sharing loop's, and it only
   lowers.
-- leaf limit: the delay comes before the queue in the leaf (netem holds the
-  packets it delays and the backlog in one queue: its default of 1000 packets
-  caps TCP at 13-44 Mbit/s on a 100 Mbit/s path with 200 ms delay), so the
-  limit is the packets in flight along the delay at the path's rate (rate x
-  delay, Little's law: jitter does not change the mean) plus the queue.  In
-  steady state the backlog then drops at the queue; in slow start's bursts
-  more packets are in flight and the first drop comes earlier than on a
-  real link.
+- the leaf: netem holds each packet for its delay, then hands it to its child,
+  a pfifo of the path's queue, from which htb takes it at the class's rate.
+  The queue comes after the delay so that its drops are the wire's: netem
+  moves a packet into the queue when its delay is over, in a dequeue, long
+  after the sender's send returned, and a full queue drops it there, where
+  the sender learns of it as from a router (duplicate ACKs, a
+  retransmission).  A queue in front of the delay (netem's own limit, as
+  Kollaps had it) drops in the sender's enqueue: the sender's stack gets
+  NET_XMIT_DROP back, TCP takes that for local congestion (CWR, and it sends
+  the same segment again later: the egress counters count every attempt),
+  and never sees a loss.  One CUBIC flow at 2 Mbit/s through 50 ms with a
+  10-packet queue: 54 drops and 54 retransmissions in 30 s with the queue
+  after the delay, 53 and 53 through a router with the same queue, 28 and
+  0 with the queue in front (bench/local_drop_bench.py).  netem's own limit then bounds only
+  the delay line: twice the packets in flight along it at the path's rate
+  (rate x delay, Little's law: jitter does not change the mean; twice, for
+  slow start's bursts at twice the bottleneck's rate) plus the queue, so
+  that only a flood past twice the rate drops there.
 - the queue: a path's `queue` (collapsar.impairments), else the path's
   round trip (2 x delay) at its rate, the bandwidth-delay product real
   links are given (and the hop-by-hop reference of the tests), at least
@@ -74,8 +85,9 @@ Why these numbers (measured on this project's hosts, see bench/tcal_bench.py):
   of queue at its share (1022 packets: 7 s at 1.76 Mbit/s), stalled for
   seconds when a join cut its share and got 8.6% less than it; with the
   round trip it gets its share within 1% (docs/fidelity.md "Long flows").
-  A path without a rate keeps the old sizing: the delay line (rate x (delay
-  + 4 jitter)) at LIMIT_RATE_CAP_BPS with 1.5 x headroom plus 1000 packets.
+  A path without a rate keeps the old sizing for both: the delay line
+  (rate x (delay + 4 jitter)) at LIMIT_RATE_CAP_BPS with 1.5 x headroom
+  plus 1000 packets.  Without netem (no delay) the leaf is that queue alone.
 - jitter in order: netem's rate mode makes each packet leave no earlier
   than the one before it; at IN_ORDER_RATE_BPS it adds 0.12 us per frame.
 """
@@ -215,6 +227,7 @@ class LeafParams(NamedTuple):
     duplicate_ratio: float = 0.0
     corrupt_ratio: float = 0.0
     in_order: bool = False  # only with jitter
+    queue_pkts: int = 0  # netem's child pfifo, the queue after the delay (0: none, as for the blackhole)
 
 
 def frame_wire_bytes(mtu_bytes: int, wire_overhead: bool) -> int:
@@ -236,23 +249,29 @@ def default_queue_pkts(rate_bps: int, delay_us: int, mtu_bytes: int = 1500) -> i
     return max(DEFAULT_QUEUE_FLOOR_PKTS, span.packets_at(rate_bps, mtu_bytes + ETH_HEADER_BYTES))
 
 
-def leaf_limit_pkts(
+class LeafSizes(NamedTuple):
+    limit_pkts: int  # netem's own limit: its delay line
+    queue_pkts: int  # the queue after the delay (netem's child), or a pfifo leaf's limit
+
+
+def leaf_sizes(
     rate_bps: int | None, delay_us: int, jitter_us: int, mtu_bytes: int = 1500, queue: Queue | None = None
-) -> int:
-    """Queue limit (packets) for a leaf: the mean delay line plus the queue
-    (`queue`, or for a path with a rate the default_queue_pkts); a path
-    without a rate, the delay line with headroom plus a base queue."""
+) -> LeafSizes:
+    """The leaf's sizes (see the module docstring): the queue (`queue`, or for
+    a path with a rate default_queue_pkts) and netem's limit, twice the mean
+    delay line plus the queue; a path without a rate, the delay line with
+    headroom plus a base queue for both."""
     rate = min(rate_bps or LIMIT_RATE_CAP_BPS, LIMIT_RATE_CAP_BPS)
     frame = mtu_bytes + ETH_HEADER_BYTES
     if queue is None and rate_bps is None:
         line_bytes = rate / 8 * (delay_us + JITTER_SPAN * jitter_us) / 1e6
-        limit = BASE_QUEUE_PKTS + math.ceil(LIMIT_HEADROOM * line_bytes / frame)
-    else:
-        backlog = queue.packets_at(rate, frame) if queue is not None else default_queue_pkts(rate, delay_us, mtu_bytes)
-        limit = math.ceil(rate / 8 * delay_us / 1e6 / frame) + backlog
+        limit = min(BASE_QUEUE_PKTS + math.ceil(LIMIT_HEADROOM * line_bytes / frame), MAX_LIMIT_PKTS)
+        return LeafSizes(limit, limit)
+    backlog = queue.packets_at(rate, frame) if queue is not None else default_queue_pkts(rate, delay_us, mtu_bytes)
+    line = math.ceil(rate / 8 * delay_us / 1e6 / frame)
     # netem's limit is a u32; a path of several hour-long links would ask for
     # more, and four billion packets is no limit at all for any host's memory.
-    return min(limit, MAX_LIMIT_PKTS)
+    return LeafSizes(min(2 * line + backlog, MAX_LIMIT_PKTS), min(backlog, MAX_LIMIT_PKTS))
 
 
 class HtbCalculator:
@@ -300,6 +319,14 @@ def gso_max_segs(rates_bps: list[int | None], mtu_bytes: int = 1500) -> int | No
     return max(MIN_GSO_SEGS, segs)
 
 
+def gso_rates_seen(rates_bps: list[int | None]) -> list[int | None]:
+    """All gso_max_segs reads of `rates_bps`: the slowest, the fastest, and
+    whether one is unlimited (a tree keeps this of every rate it has seen,
+    not one entry per path and join)."""
+    limited = [r for r in rates_bps if r is not None]
+    return ([min(limited), max(limited)] if limited else []) + ([None] if None in rates_bps else [])
+
+
 class _Same(enum.Enum):
     """A default that None cannot be (None means unlimited): size for the path's own rate."""
 
@@ -317,7 +344,7 @@ def leaf_params(
     fast path keeps its room when the sharing loop slows the path down."""
     sizing_rate = shaping.rate_bps if limit_rate_bps is _SAME else limit_rate_bps
     extras = shaping.extras
-    limit = leaf_limit_pkts(sizing_rate, shaping.delay_us, shaping.jitter_us, mtu_bytes, extras.queue)
+    sizes = leaf_sizes(sizing_rate, shaping.delay_us, shaping.jitter_us, mtu_bytes, extras.queue)
     if not netem:
         # Duplication is the eBPF duplicator's, not netem's: a pfifo leaf can have it.
         if shaping.needs_netem:
@@ -328,10 +355,10 @@ def leaf_params(
                 f"burst loss {'on' if extras.loss_model else 'off'}, reorder_ratio={extras.reorder_ratio}, "
                 f"corrupt_ratio={extras.corrupt_ratio})"
             )
-        return LeafParams("pfifo", limit, duplicate_ratio=extras.duplicate_ratio)
+        return LeafParams("pfifo", sizes.queue_pkts, duplicate_ratio=extras.duplicate_ratio)
     return LeafParams(
         "netem",
-        limit,
+        sizes.limit_pkts,
         shaping.delay_us,
         shaping.jitter_us,
         shaping.distribution,
@@ -341,6 +368,7 @@ def leaf_params(
         extras.duplicate_ratio,
         extras.corrupt_ratio,
         bool(extras.in_order and shaping.jitter_us),
+        sizes.queue_pkts,
     )
 
 
@@ -348,7 +376,9 @@ def changed_leaf(leaf: LeafParams, new: Shaping, before: LeafParams, was: Shapin
     """`leaf` (for `new`) replacing `before` (for `was`): the default sizing
     only grows (the sharing loop's rates come and go); a queue the user sets is exact."""
     if new.extras.queue is None and was.extras.queue is None:
-        return leaf._replace(limit_pkts=max(leaf.limit_pkts, before.limit_pkts))
+        return leaf._replace(
+            limit_pkts=max(leaf.limit_pkts, before.limit_pkts), queue_pkts=max(leaf.queue_pkts, before.queue_pkts)
+        )
     return leaf
 
 
@@ -440,6 +470,8 @@ def describe_leaf(p: LeafParams) -> str:
         if value:
             parts.append(f"{name} {value:.6g}")
     parts.append(f"limit {p.limit_pkts}")
+    if p.queue_pkts:
+        parts.append(f"then queue pfifo limit {p.queue_pkts}")
     return " ".join(parts) + duplicate
 
 

@@ -14,12 +14,14 @@ from collapsar.tcal.dest import Dest
 from collapsar.tcal.layout import (
     BLACKHOLE_MINOR,
     DEFAULT_MINOR,
+    QUEUE_MAJOR_BASE,
     ROOT_MAJOR,
     U32_DIVISOR,
     U32_LEVEL1_HTID,
     U32Slot,
     classid,
     format_handle,
+    queue_handle,
 )
 from collapsar.tcal.plan import HtbParams, LeafParams, TreePlan
 
@@ -54,8 +56,8 @@ class TreeRequests:
         tbf = m.tcmsg(self.ifindex, BUCKET_HANDLE, m.TC_H_ROOT) + m.kind("tbf") + tbf_options(self.bucket)
         htb = m.htb_root(self.ifindex, ROOT, DEFAULT_MINOR, parent=TREE_PARENT)
         return [
-            m.Request(m.RTM_NEWQDISC, m.CREATE, tbf, "create root qdisc cb00: tbf (the egress token bucket)"),
-            m.Request(m.RTM_NEWQDISC, m.CREATE, htb, "create qdisc 1: htb under cb00:1"),
+            m.Request(m.RTM_NEWQDISC, m.CREATE, tbf, "create root qdisc 8000: tbf (the egress token bucket)"),
+            m.Request(m.RTM_NEWQDISC, m.CREATE, htb, "create qdisc 1: htb under 8000:1"),
         ]
 
     def base(self, plan: TreePlan) -> list[m.Request]:
@@ -63,7 +65,7 @@ class TreeRequests:
         return [
             self.klass(DEFAULT, plan.default_htb, m.CREATE, "create default class 1:1", None),
             self.klass(BLACKHOLE, plan.default_htb, m.CREATE, "create blackhole class 1:2", None),
-            self.leaf(BLACKHOLE_MINOR, plan.blackhole_leaf, True, m.CREATE, None),
+            *self.leaf(BLACKHOLE_MINOR, plan.blackhole_leaf, True, m.CREATE, None),
             m.Request(
                 m.RTM_NEWTFILTER,
                 m.CREATE,
@@ -93,7 +95,7 @@ class TreeRequests:
     def delete_root(self) -> m.Request:
         if self.bucket is not None:
             body = m.qdisc_delete(self.ifindex, BUCKET_HANDLE, m.TC_H_ROOT)
-            return m.Request(m.RTM_DELQDISC, 0, body, "delete root qdisc cb00: (the bucket and the tree under it)")
+            return m.Request(m.RTM_DELQDISC, 0, body, "delete root qdisc 8000: (the bucket and the tree under it)")
         return m.Request(m.RTM_DELQDISC, 0, m.qdisc_delete(self.ifindex, ROOT, m.TC_H_ROOT), "delete root qdisc 1:")
 
     def create_dest(self, dest: Dest, htb: HtbParams, new_table: bool, reuse_filter: bool) -> list[m.Request]:
@@ -119,7 +121,7 @@ class TreeRequests:
         cid = classid(ROOT_MAJOR, minor)
         reqs = [self.klass(cid, htb, m.CREATE, f"{what} {format_handle(cid)}", key)]
         if self.classes is None:
-            return reqs + [self.leaf(minor, leaf, True, m.CREATE, key)]
+            return reqs + self.leaf(minor, leaf, True, m.CREATE, key)
         children, nodes = self.classes.create(self.ifindex, minor, key)
         return reqs + children + self.leaves(minor, leaf, True, m.CREATE, key) + nodes
 
@@ -127,8 +129,8 @@ class TreeRequests:
         """The leaves of class 1:minor made or changed: its own, or its
         traffic classes' (one each, alike)."""
         if self.classes is None:
-            return [self.leaf(minor, leaf, with_table, flags, key)]
-        return [self.leaf(child, leaf, with_table, flags, key) for child in self.classes.child_minors(minor)]
+            return self.leaf(minor, leaf, with_table, flags, key)
+        return [r for child in self.classes.child_minors(minor) for r in self.leaf(child, leaf, with_table, flags, key)]
 
     def filter_node(self, slot: U32Slot, ip: str, target: int, new_table: bool) -> list[m.Request]:
         """A destination's u32 node, pointed at `target`; `new_table`: its
@@ -186,20 +188,31 @@ class TreeRequests:
         """An htb class made (flags m.CREATE) or changed (m.CHANGE)."""
         return m.Request(m.RTM_NEWTCLASS, flags, m.ClassTemplate(self.ifindex, cid, ROOT).body(htb), what, key)
 
-    def leaf(self, minor: int, leaf: LeafParams, with_table: bool, flags: int, key: str | None) -> m.Request:
-        """A class's leaf qdisc made or changed; `with_table`: netem's
-        distribution table goes along (it has a jitter to shape)."""
+    def leaf(self, minor: int, leaf: LeafParams, with_table: bool, flags: int, key: str | None) -> list[m.Request]:
+        """A class's leaf qdisc made or changed, and the queue after its delay
+        (netem's child pfifo, collapsar.tcal.plan) if it has one;
+        `with_table`: netem's distribution table goes along (it has a jitter to shape)."""
         verb = "create" if flags else "change"
         who = f"destination {key}: " if key else ""
-        return m.Request(
-            m.RTM_NEWQDISC,
-            flags,
-            m.leaf_body(
-                self.ifindex, classid(minor, 0), classid(ROOT_MAJOR, minor), leaf, with_table and bool(leaf.jitter_us)
-            ),
-            f"{who}{verb} leaf {minor:x}: {leaf.kind}",
-            key,
-        )
+        handle = classid(minor, 0)
+        reqs = [
+            m.Request(
+                m.RTM_NEWQDISC,
+                flags,
+                m.leaf_body(
+                    self.ifindex, handle, classid(ROOT_MAJOR, minor), leaf, with_table and bool(leaf.jitter_us)
+                ),
+                f"{who}{verb} leaf {minor:x}: {leaf.kind}",
+                key,
+            )
+        ]
+        if leaf.queue_pkts:
+            queue = queue_handle(minor)
+            body = m.leaf_body(self.ifindex, queue, handle | 1, LeafParams("pfifo", leaf.queue_pkts))
+            reqs.append(
+                m.Request(m.RTM_NEWQDISC, flags, body, f"{who}{verb} queue {QUEUE_MAJOR_BASE + minor:x}: pfifo", key)
+            )
+        return reqs
 
     def filter(self, slot: U32Slot, ip: str, target: int, what: str) -> m.Request:
         """The destination's u32 node pointed at `target` (its class, or the blackhole)."""

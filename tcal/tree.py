@@ -56,6 +56,7 @@ from collapsar.tcal.plan import (
     changed_leaf,
     check_rate,
     gso_max_segs,
+    gso_rates_seen,
     leaf_params,
     plan_tree,
 )
@@ -97,7 +98,7 @@ class TcTree:
         self._level2: set[int] = set()
         self._root_made = False
         self._gso: GsoLimit | None = None
-        self._gso_rates: list[int | None] = []  # every path's rate the limit has seen (it only lowers)
+        self._gso_rates: list[int | None] = []  # what the limit has seen of the paths' rates (it only lowers)
         self._dup = Duplicator(ifname, netns)  # attaches only once a destination duplicates
         self.all_cut = False  # cut_all in force: every path dropped, whatever each destination's filter says
 
@@ -477,7 +478,7 @@ class TcTree:
         return self._sock
 
     def _limit_gso(self, rates_bps: list[int | None]) -> None:
-        self._gso_rates += rates_bps
+        self._gso_rates = gso_rates_seen(self._gso_rates + list(rates_bps))
         segs = gso_max_segs(self._gso_rates, self._mtu)  # see plan: super-packets on slow paths
         if segs is not None:
             assert self._gso is not None, "setup() makes the GSO limit before any rate is set"

@@ -153,12 +153,12 @@ class ReferenceNet:
 
     def _tc_lines(self, hop: Hop) -> list[str]:
         """htb class at the rate over a pfifo or netem leaf; a root netem without a rate."""
-        from collapsar.tcal.plan import HtbCalculator, leaf_limit_pkts
+        from collapsar.tcal.plan import HtbCalculator, leaf_sizes
 
         props, dev = hop.props, f"dev {hop.ifname}"
         netem = " ".join(_netem_args(props))
         if props.rate_bps is None:
-            limit = leaf_limit_pkts(None, props.delay_us, props.jitter_us)
+            limit = leaf_sizes(None, props.delay_us, props.jitter_us).limit_pkts
             return [f"qdisc add {dev} root handle 10: netem limit {limit} {netem}"] if netem else []
         assert hop.queue_pkts is not None
         htb = HtbCalculator(wire_overhead=self.plan.wire_overhead)(props.rate_bps)

@@ -95,7 +95,7 @@ def test_the_tbf_carries_the_bucket_in_the_kernels_units():
     rest = options[8 + 36 :]
     assert struct.unpack_from("=HHI", rest) == (8, 6, 65536)  # TCA_TBF_BURST
     assert struct.unpack_from("=HHI", rest, 8) == (8, 7, 3028)  # TCA_TBF_PBURST
-    assert describe(p).startswith("qdisc cb00: root tbf (egress token bucket): rate 1230494 B/s, burst 64513 B, peak")
+    assert describe(p).startswith("qdisc 8000: root tbf (egress token bucket): rate 1230494 B/s, burst 64513 B, peak")
 
 
 @pytest.mark.parametrize(

@@ -126,16 +126,19 @@ def test_the_leaf_carries_every_impairment():
     assert (leaf.reorder_ratio, leaf.corrupt_ratio) == (0.02, 0.001)
     assert describe_leaf(leaf) == (
         "netem delay 20ms jitter 2ms normal in order loss gemodel p 0.003367 r 0.333333 1-h 1 1-k 0 "
-        "(rate 0.01, mean burst 3) reorder 0.02 corrupt 0.001 limit 51"  # 20 + 40 ms at 10 Mbit/s: 17 + 34
-    )
+        "(rate 0.01, mean burst 3) reorder 0.02 corrupt 0.001 limit 68 then queue pfifo limit 34"
+    )  # 20 ms at 10 Mbit/s is 17 frames in flight, twice, and the queue is the 40 ms round trip: 34
+    assert leaf.queue_pkts == 34 and leaf.limit_pkts == 2 * 17 + 34
     # jitter in order means nothing without jitter
     assert leaf_params(Shaping("10.0.0.2", None, delay_us=5, extras=extras), netem=True).in_order is False
 
 
 def test_a_queue_sets_the_limit():
     shaping = Shaping("10.0.0.2", 10_000_000, delay_us=50_000, extras=Extras(queue=Queue(packets=30)))
-    # 50 ms at 10 Mbit/s is 41.3 frames in flight, plus the queue
-    assert leaf_params(shaping, netem=True).limit_pkts == 42 + 30
+    # 50 ms at 10 Mbit/s is 41.3 frames in flight: netem holds twice that and
+    # the queue; its child is the queue
+    leaf = leaf_params(shaping, netem=True)
+    assert (leaf.limit_pkts, leaf.queue_pkts) == (2 * 42 + 30, 30)
     assert (
         leaf_params(Shaping("10.0.0.2", 10_000_000, extras=Extras(queue=Queue(packets=30))), netem=False).limit_pkts
         == 30

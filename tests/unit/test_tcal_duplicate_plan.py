@@ -29,7 +29,8 @@ def test_describe_says_the_copy_is_made_by_ebpf():
     plan = plan_tree([Shaping(IP, 10_000_000, delay_us=10_000, extras=Extras(duplicate_ratio=0.1))])
     assert plan.dests[0].leaf.duplicate_ratio == 0.1
     assert plan.describe()[4].endswith(
-        "leaf 10: netem delay 10ms loss 0 limit 26; duplicate 0.1 (eBPF copy at clsact egress, shaped by this class)"
+        "leaf 10: netem delay 10ms loss 0 limit 35 then queue pfifo limit 17; "
+        "duplicate 0.1 (eBPF copy at clsact egress, shaped by this class)"
     )
     pfifo = leaf_params(Shaping(IP, None, extras=Extras(duplicate_ratio=0.25)), netem=False)
     assert describe_leaf(pfifo) == "pfifo limit 1000; duplicate 0.25 (eBPF copy at clsact egress, shaped by this class)"

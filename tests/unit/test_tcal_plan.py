@@ -15,26 +15,29 @@ from collapsar.tcal.plan import (
     HtbCalculator,
     HtbParams,
     LeafParams,
+    LeafSizes,
     default_queue_pkts,
     gso_max_segs,
+    gso_rates_seen,
     htb_params,
-    leaf_limit_pkts,
     leaf_params,
+    leaf_sizes,
 )
 
 
-def test_limit_for_100mbit_at_200ms_holds_the_delay_line_and_a_round_trip_of_queue():
+def test_sizes_for_100mbit_at_200ms_hold_twice_the_delay_line_and_a_round_trip_of_queue():
     # 12.5 MB/s x 0.2 s = 2.5 MB = 1651.25 frames of 1514 B in flight; the
     # queue is the round trip, 0.4 s: 3302.5 frames.
-    assert leaf_limit_pkts(100_000_000, 200_000, 0) == 1652 + 3303
+    assert leaf_sizes(100_000_000, 200_000, 0) == LeafSizes(2 * 1652 + 3303, 3303)
     assert default_queue_pkts(100_000_000, 200_000) == 3303
 
 
 def test_the_default_queue_is_at_least_a_burst_and_ten_packets():
     # 10 ms each way at 10 Mbit/s: 9 frames in flight, and the queue is one
     # burst (20 ms: 16.5 frames), not the 20 ms round trip's (also 16.5).
-    assert leaf_limit_pkts(10_000_000, 10_000, 5_000) == 9 + 17  # jitter does not move the mean
-    assert leaf_limit_pkts(10_000_000, 0, 0) == default_queue_pkts(10_000_000, 0) == 17
+    assert leaf_sizes(10_000_000, 10_000, 5_000) == (2 * 9 + 17, 17)  # jitter does not move the mean
+    assert leaf_sizes(10_000_000, 0, 0) == (17, 17)
+    assert default_queue_pkts(10_000_000, 0) == 17
     assert default_queue_pkts(10_000_000, 30_000) == 50  # 60 ms at 10 Mbit/s: 49.5 frames
     assert default_queue_pkts(1_000_000, 0) == 10  # 20 ms at 1 Mbit/s is 1.7 frames
     assert default_queue_pkts(1_000_000_000, 0, mtu_bytes=9000) == 278  # 20 ms of 9014-byte frames
@@ -42,8 +45,8 @@ def test_the_default_queue_is_at_least_a_burst_and_ten_packets():
 
 def test_a_path_without_a_rate_keeps_its_delay_line_with_headroom_and_a_base_queue():
     # 10 Gbit/s x 1 ms = 825.6 frames, x 1.5 -> 1239; + 1000
-    assert leaf_limit_pkts(None, 1_000, 0) == 2239
-    assert leaf_limit_pkts(None, 0, 0) == 1000
+    assert leaf_sizes(None, 1_000, 0) == (2239, 2239)  # the queue never limits more than the line
+    assert leaf_sizes(None, 0, 0) == (1000, 1000)
 
 
 def test_htb_for_10mbit_charges_wire_overhead_as_a_rate():
@@ -150,12 +153,12 @@ def test_plan_assigns_classes_leaves_and_describes_them():
     plan = plan_tree([Shaping("10.0.1.2", 10_000_000, 10_000, 1_000, "pareto", 0.001), Shaping("10.0.1.3", None)])
     assert [d.classid for d in plan.dests] == [0x10010, 0x10011]
     assert [d.leaf_handle for d in plan.dests] == [0x100000, 0x110000]
-    assert plan.dests[0].leaf == LeafParams("netem", 9 + 17, 10_000, 1_000, "pareto", 0.001)
+    assert plan.dests[0].leaf == LeafParams("netem", 2 * 9 + 17, 10_000, 1_000, "pareto", 0.001, queue_pkts=17)
     lines = plan.describe()
     assert lines[0] == "qdisc 1: root htb default 1:1 (wire overhead on, mtu 1500)"
     assert any(
         line.startswith("class 1:10 -> 10.0.1.2: rate=ceil 10Mbps (1230494 B/s), burst=cburst 24610 B")
-        and "netem delay 10ms jitter 1ms pareto loss 0.001 limit 26" in line
+        and "netem delay 10ms jitter 1ms pareto loss 0.001 limit 35 then queue pfifo limit 17" in line
         for line in lines
     )
     assert "  filter u32 ht 1: bucket 1 -> ht 101: bucket 3 node 1: dst 10.0.1.3/32 -> 1:11" in lines
@@ -255,3 +258,44 @@ def test_u32_nodes_count_per_bucket():
 def test_u32_placement_refuses_what_is_not_a_canonical_ipv4_address(bad):
     with pytest.raises(ValueError):
         U32Layout().place(bad)
+
+
+def test_a_netem_leaf_gets_its_queue_after_the_delay_as_a_child_pfifo():
+    from collapsar.tcal.requests import TreeRequests
+
+    plan = plan_tree([Shaping("10.0.1.2", 10_000_000, delay_us=10_000)])
+    dest = plan.dests[0]
+    made = TreeRequests(7).leaf(dest.minor, dest.leaf, True, m.CREATE, "10.0.1.2")
+    assert [r.what for r in made] == [
+        "destination 10.0.1.2: create leaf 10: netem",
+        "destination 10.0.1.2: create queue 8010: pfifo",
+    ]
+    _, handle, parent, attrs = m.parse_tcmsg(made[1].body)
+    assert (handle, parent, made[1].flags) == (0x80100000, 0x100001, m.CREATE)  # under netem 10:'s class 10:1
+    assert struct.unpack("=I", attrs[m.TCA_OPTIONS])[0] == 17
+    changed = TreeRequests(7).leaf(dest.minor, dest.leaf._replace(queue_pkts=40), True, m.CHANGE, None)
+    assert [(r.what, r.flags) for r in changed] == [("change leaf 10: netem", 0), ("change queue 8010: pfifo", 0)]
+    # the blackhole drops everything itself: no queue under it
+    assert len(TreeRequests(7).leaf(2, plan.blackhole_leaf, True, m.CREATE, None)) == 1
+
+
+@pytest.mark.parametrize(
+    "rates",
+    [
+        [5_000_000, 2_000_000, 10_000_000],  # all slow: a frame per packet
+        [5_000_000, 100_000_000, 1_000_000],  # beside a fast path: the slowest decides
+        [5_000_000, None, 2_000_000],  # an unlimited path
+        [None, None],
+        [300_000_000, 400_000_000],  # none slow enough to care
+    ],
+)
+def test_what_a_tree_keeps_of_its_rates_gives_the_same_gso_limit(rates):
+    kept = gso_rates_seen(rates)
+    assert len(kept) <= 3 and gso_max_segs(kept) == gso_max_segs(rates)
+    assert gso_rates_seen(kept + rates) == kept  # adding them again changes nothing
+
+
+def test_the_gso_limits_of_the_cases_above():
+    assert [
+        gso_max_segs(r) for r in ([5_000_000, 2_000_000], [5_000_000, 100_000_000, 1_000_000], [5_000_000, None])
+    ] == [1, 2, 8]

@@ -5,7 +5,8 @@ stock-kernel VM, held to the figures of the hop-by-hop reference
 Without `queue:` a path with a rate gets its round trip at its rate
 (tcal/plan.py default_queue_pkts): c -> s crosses 30 ms each way at
 4 Mbit/s, so 60 ms, 19.8 frames: 20 packets, as the reference's BDP rule
-gives its bottleneck.  Every path of c is slow, so c sends one frame per
+gives its bottleneck, after the delay (netem's child pfifo), so that its
+drops reach the sender as a router's do.  Every path of c is slow, so c sends one frame per
 packet (gso_max_segs 1) and the queue counts frames, as a link's does: a
 ping sent while one CUBIC flow fills the path waits up to the 20 frames
 (61.5 ms at the rate with wire overhead), about one round trip.  Before,
@@ -81,10 +82,18 @@ def test_the_default_queue_delays_like_the_reference_bottleneck(tmp_path, record
     def attempt():
         kernel, idle, loaded, report = _run(tmp_path, next(attempts))
         assert "error" not in report, report["error"]
-        # c's one path: its delay line (30 ms at 4 Mbit/s: 9.9 frames) and the queue; one frame per packet.
-        limits = re.findall(r"netem \S+: dev \S+ parent \S+ limit (\d+) delay 30ms", kernel)
-        assert limits == [str(10 + QUEUE_PKTS)], kernel
+        # c's one path: netem holds its delay line (30 ms at 4 Mbit/s: 9.9
+        # frames) twice and the queue, then its child is the queue; one frame per packet.
+        limits = re.findall(r"netem (\S+): dev \S+ parent \S+ limit (\d+) delay 30ms", kernel)
+        assert [limit for _, limit in limits] == [str(2 * 10 + QUEUE_PKTS)], kernel
+        leaf_major = int(limits[0][0], 16)
+        queues = re.findall(r"pfifo (\S+): dev \S+ parent (\S+) limit (\d+)p", kernel)
+        assert queues == [(f"{0x8000 + leaf_major:x}", f"{leaf_major:x}:1", str(QUEUE_PKTS))], kernel
         assert "gso_max_segs 1\n" in kernel, kernel
+        # The queue drops after the delay: the sender learns of it as from a
+        # router and sends again (a queue in front of the delay drops in the
+        # sender's own stack, which never retransmits: bench/local_drop_bench.py).
+        assert report["end"]["sum_sent"]["retransmits"] > 0, report["end"]["sum_sent"]
         assert len(idle) >= 45, f"only {len(idle)} of 50 pings came back idle"
         assert len(loaded) >= 150, f"only {len(loaded)} of 200 pings came back under load"
         base = statistics.median(idle)
@@ -97,6 +106,7 @@ def test_the_default_queue_delays_like_the_reference_bottleneck(tmp_path, record
             "wait_median_ms": statistics.median(waits),
             "wait_p95_ms": percentile(waits, 95),
             "goodput_ratio": goodput,
+            "retransmits": report["end"]["sum_sent"]["retransmits"],
         }
         return figures, (
             outside("idle median", base, BASE_RTT_MS, BASE_RTT_MS + EXCESS_MS)
