@@ -250,7 +250,7 @@ def default_queue_pkts(rate_bps: int, delay_us: int, mtu_bytes: int = 1500) -> i
 
 
 class LeafSizes(NamedTuple):
-    limit_pkts: int  # netem's own limit: its delay line
+    limit_pkts: int  # netem's own limit: twice its delay line, and the queue
     queue_pkts: int  # the queue after the delay (netem's child), or a pfifo leaf's limit
 
 
@@ -265,13 +265,13 @@ def leaf_sizes(
     frame = mtu_bytes + ETH_HEADER_BYTES
     if queue is None and rate_bps is None:
         line_bytes = rate / 8 * (delay_us + JITTER_SPAN * jitter_us) / 1e6
-        limit = min(BASE_QUEUE_PKTS + math.ceil(LIMIT_HEADROOM * line_bytes / frame), MAX_LIMIT_PKTS)
-        return LeafSizes(limit, limit)
-    backlog = queue.packets_at(rate, frame) if queue is not None else default_queue_pkts(rate, delay_us, mtu_bytes)
-    line = math.ceil(rate / 8 * delay_us / 1e6 / frame)
+        limit = backlog = BASE_QUEUE_PKTS + math.ceil(LIMIT_HEADROOM * line_bytes / frame)
+    else:
+        backlog = queue.packets_at(rate, frame) if queue is not None else default_queue_pkts(rate, delay_us, mtu_bytes)
+        limit = 2 * math.ceil(rate / 8 * delay_us / 1e6 / frame) + backlog
     # netem's limit is a u32; a path of several hour-long links would ask for
     # more, and four billion packets is no limit at all for any host's memory.
-    return LeafSizes(min(2 * line + backlog, MAX_LIMIT_PKTS), min(backlog, MAX_LIMIT_PKTS))
+    return LeafSizes(min(limit, MAX_LIMIT_PKTS), min(backlog, MAX_LIMIT_PKTS))
 
 
 class HtbCalculator:

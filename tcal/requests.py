@@ -14,7 +14,6 @@ from collapsar.tcal.dest import Dest
 from collapsar.tcal.layout import (
     BLACKHOLE_MINOR,
     DEFAULT_MINOR,
-    QUEUE_MAJOR_BASE,
     ROOT_MAJOR,
     U32_DIVISOR,
     U32_LEVEL1_HTID,
@@ -209,9 +208,7 @@ class TreeRequests:
         if leaf.queue_pkts:
             queue = queue_handle(minor)
             body = m.leaf_body(self.ifindex, queue, handle | 1, LeafParams("pfifo", leaf.queue_pkts))
-            reqs.append(
-                m.Request(m.RTM_NEWQDISC, flags, body, f"{who}{verb} queue {QUEUE_MAJOR_BASE + minor:x}: pfifo", key)
-            )
+            reqs.append(m.Request(m.RTM_NEWQDISC, flags, body, f"{who}{verb} queue {queue >> 16:x}: pfifo", key))
         return reqs
 
     def filter(self, slot: U32Slot, ip: str, target: int, what: str) -> m.Request:
