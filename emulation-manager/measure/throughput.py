@@ -114,6 +114,9 @@ class Meter:
         self._active: dict[tuple[str, str], deque] = {}
         self._segments: dict[tuple[str, str], deque[Segment]] = {}
         self._segmented: dict[str, set[str]] = {}  # src -> dsts with segments (pairs that carried traffic)
+        # The player's thread ends segments (mark_paths) while the loop's
+        # samples and reads them: both hold this for the segments' structure.
+        self._segments_lock = threading.Lock()
         self._new_pairs: list[tuple[str, str]] = []  # first seen since the last new_pairs()
         self._configured: Callable[[str, str], tuple[int | None, bool]] = lambda src, dst: (None, False)
         self._allowed: Callable[[str, str], int | None] = lambda src, dst: None
@@ -136,12 +139,13 @@ class Meter:
 
     def mark(self, src: str, dst: str, rate_bps: int | None, cut: bool) -> None:
         """The pair's path changed now: the current segment ends."""
-        segments = self._segments.get((src, dst))
-        if segments is None:
-            return  # no traffic yet: its first segment starts at its first sample
-        now = time.monotonic_ns()
-        segments[-1].end_ns = now
-        segments.append(Segment(now, rate_bps, cut))
+        with self._segments_lock:
+            segments = self._segments.get((src, dst))
+            if segments is None:
+                return  # no traffic yet: its first segment starts at its first sample
+            now = time.monotonic_ns()
+            segments[-1].end_ns = now
+            segments.append(Segment(now, rate_bps, cut))
 
     def mark_paths(
         self, src: str, dsts: Iterable[str], configured: Callable[[str, str], tuple[int | None, bool]]
@@ -150,7 +154,9 @@ class Meter:
         that carried traffic end, and the next start with what
         `configured(src, dst)` gives.  A link change names 80,000 pairs at
         400 instances; only those with traffic are looked at."""
-        for dst in self._segmented.get(src, set()).intersection(dsts):
+        with self._segments_lock:
+            marked = self._segmented.get(src, set()).intersection(dsts)
+        for dst in marked:
             self.mark(src, dst, *configured(src, dst))
 
     def start(self) -> None:
@@ -214,8 +220,11 @@ class Meter:
                 segments = self._segments.get(key)
                 if segments is None:
                     configured, cut = self._configured(src, dst)
-                    segments = self._segments[key] = deque([Segment(self.t0_ns, configured, cut)], maxlen=SEGMENTS_KEPT)
-                    self._segmented.setdefault(src, set()).add(dst)
+                    with self._segments_lock:
+                        segments = self._segments[key] = deque(
+                            [Segment(self.t0_ns, configured, cut)], maxlen=SEGMENTS_KEPT
+                        )
+                        self._segmented.setdefault(src, set()).add(dst)
                 if span_ns >= WINDOW_NS // 2 and rate > 0:
                     # A full-ish window while the flow is sending: a candidate
                     # for the flow's typical rate (see flows()).
@@ -252,10 +261,12 @@ class Meter:
         as offered, before the shaper, so a TCP flow's first burst into the
         queue overshoots; the median is what the flow settled at."""
         result = []
-        for key in sorted(self._flows):
+        with self._segments_lock:
+            segments_of = {key: tuple(self._segments.get(key, ())) for key in self._flows}
+        for key in sorted(segments_of):
             active = sorted(self._active.get(key, ()))
             median = active[len(active) // 2] if active else 0
-            segments = [seg.summary(self.t0_ns) for seg in self._segments.get(key, ())]
+            segments = [seg.summary(self.t0_ns) for seg in segments_of[key]]
             result.append({**self._flows[key], "median_rate_bps": median, "segments": segments})
         return result
 

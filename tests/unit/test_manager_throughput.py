@@ -172,3 +172,39 @@ def test_limited_by_names_the_cap_of_each_segment():
     assert limited_by(seg | {"configured_bps": None, "median_share_bps": None}) == "-"
     assert limited_by(seg | {"cut": True}) == "cut"
     assert limited_by({"cut": False, "configured_bps": 5_000_000}) == "its path"  # from before shares were kept
+
+
+def test_segments_end_in_the_players_thread_while_the_loop_reads_them():
+    """The player ends segments (mark_paths, in its thread) while the loop
+    reads them (flows(), for the sharing step and the status snapshot): a
+    run of the VM tier died of `deque mutated during iteration` there."""
+    import threading
+
+    plan = plan_network("a1b2c3", ["a", "b"])
+    meter = Meter(plan, lambda ifname, netns: FakeCounters(), say=lambda line: None)
+    meter.start()
+    meter._thread.join()
+    meter.sample()  # a -> b carried traffic: it has segments
+    stop = threading.Event()
+    failures = []
+
+    def player():
+        while not stop.is_set():
+            meter.mark_paths("a", ["b"], lambda src, dst: (1_000_000, False))
+
+    thread = threading.Thread(target=player)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            try:
+                flows = meter.flows()
+            except RuntimeError as error:
+                failures.append(error)
+                break
+    finally:
+        stop.set()
+        thread.join()
+    assert failures == []
+    (ab,) = [f for f in flows if (f["src"], f["dst"]) == ("a", "b")]
+    assert len(ab["segments"]) == 32  # SEGMENTS_KEPT: the oldest dropped
