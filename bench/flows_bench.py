@@ -93,21 +93,27 @@ PING_LINE = re.compile(r"^\[(\d+\.\d+)\] .* time=([0-9.]+) ms")
 
 
 def pings(logs: Path, node: str) -> dict[str, list[float]]:
-    """RTTs (ms) by phase: idle (before the load), loaded (its settled part).
-    Times are the ping's own wall clock, placed by its first reply (sent
-    PING_START_S after t=0)."""
-    rows = [
-        (float(m[1]), float(m[2])) for m in map(PING_LINE.match, (logs / f"{node}.out").read_text().splitlines()) if m
-    ]
+    """RTTs (ms) by phase: idle (before the load), loaded (its settled part)."""
+    text = (logs / f"{node}.out").read_text()
+    return ping_phases(text, node, PING_START_S, LOAD_START_S - 1, (LOAD_START_S + SETTLE_S, LOAD_START_S + LOAD_S - 1))
+
+
+def ping_phases(
+    text: str, node: str, start_s: float, idle_until_s: float, loaded: tuple[float, float]
+) -> dict[str, list[float]]:
+    """A `ping -D` log's RTTs (ms): those sent before `idle_until_s` (idle)
+    and within `loaded` (s from t=0).  Times are the ping's own wall clock,
+    placed by its first reply (sent `start_s` after t=0)."""
+    rows = [(float(m[1]), float(m[2])) for m in map(PING_LINE.match, text.splitlines()) if m]
     if not rows:
         raise CollapsarError(f"{node}: no ping replies")
     first = rows[0][0]
     out: dict[str, list[float]] = {"idle": [], "loaded": []}
     for at, rtt in rows:
-        t = PING_START_S + at - first
-        if t < LOAD_START_S - 1:
+        t = start_s + at - first
+        if t < idle_until_s:
             out["idle"].append(rtt)
-        elif LOAD_START_S + SETTLE_S <= t < LOAD_START_S + LOAD_S - 1:
+        elif loaded[0] <= t < loaded[1]:
             out["loaded"].append(rtt)
     return out
 
@@ -134,7 +140,8 @@ def measure(args) -> int:
     return 0
 
 
-def _p90(values: list[float]) -> float:
+def p90(values: list[float]) -> float:
+    """The 90th percentile (nearest rank below)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
 
@@ -155,7 +162,7 @@ def summarise(raw: dict) -> str:
         for size in SIZES:
             key = f"{size}/{parallel}"
             meds = {s: per_run(s, lambda r, key=key: statistics.median(r["transfers"][key])) for s in SYSTEMS}
-            p90s = {s: per_run(s, lambda r, key=key: _p90(r["transfers"][key])) for s in SYSTEMS}
+            p90s = {s: per_run(s, lambda r, key=key: p90(r["transfers"][key])) for s in SYSTEMS}
             ratio = statistics.median(meds["collapsar"]) / statistics.median(meds["reference"])
             columns = [f"{cell(meds[s])} {statistics.median(p90s[s]) * 1000:7.1f}" for s in SYSTEMS]
             lines.append(f"{size // 1000:>6} KB x {parallel:<6} | {columns[0]} | {columns[1]} | {ratio:5.2f}")

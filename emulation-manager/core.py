@@ -44,6 +44,7 @@ class Override:
 
     rate_bps: int | None = None  # the allowed share; None: the path's own rate
     loss_ratio: float = 0.0  # congestion loss, compounded with the path's loss
+    queue_us: int = 0  # the standing queues of the full links it crosses, added to its delay
 
 
 def effective(path: Path, override: Override | None, netem: bool) -> LinkProps:
@@ -57,7 +58,8 @@ def effective(path: Path, override: Override | None, netem: bool) -> LinkProps:
     extras = props.extras
     if override.loss_ratio and netem:  # without netem there is no loss to set
         loss, extras = with_loss(loss, extras, override.loss_ratio)
-    return replace(props, rate_bps=rate, loss_ratio=loss, extras=extras)
+    delay = props.delay_us + override.queue_us if netem else props.delay_us  # nor delay
+    return replace(props, rate_bps=rate, loss_ratio=loss, extras=extras, delay_us=delay)
 
 
 WHOLE_CUT_FROM = 2  # destinations cut in one step, none left with a path: one cut_all instead

@@ -20,7 +20,16 @@ in a multi-host run).  Every period `ShareLoop.tick`:
 5. pushes into its cores an `Override` per active destination: decreases at
    once, increases smoothed by `increase_gain`; congestion loss only where
    the experiment has netem.  A destination that stopped or was cut gets its
-   override removed: its capacity goes back to the others through the model.
+   override removed: its capacity goes back to the others through the model;
+6. with netem, adds to the delay of every own destination whose path
+   crosses a full link the wait in that link's standing queue
+   (`sharing.standing_queues`), unless the link is the one that holds its
+   own flow back (that flow's backlog waits in its own class): in a network
+   the flows that fill a link queue there, and everything else crossing it
+   waits behind them.  Every `queue_every_periods` the wait moves by
+   `queue_gain` towards its target, and reaches a class when it moved by
+   `queue_push_us` or `queue_push_ratio` (a link that fills or drains
+   changes a class for every destination across it, from every instance).
 
 Choosing the window and `increase_gain` (bench/sharing_bench.py
 --convergence: two real iperf3 flows on a 20 Mbit/s link, b joins a for 5 s;
@@ -40,12 +49,19 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from collapsar.manager.core import EmulationCore, Override
 from collapsar.manager.sharing.bus import MetadataBus
 from collapsar.manager.sharing.metadata import FlowReport
-from collapsar.manager.sharing.model import Flow, congestion_loss, rtt_exponent, share
+from collapsar.manager.sharing.model import (
+    Flow,
+    congestion_loss,
+    rtt_exponent,
+    share,
+    standing_queue,
+    standing_queues,
+)
 from collapsar.model import Path
 
 
@@ -60,6 +76,12 @@ class ShareSettings:
     snap_ratio: float = 0.02  # an increase this close to its target lands on it
     loss_step: float = 0.005
     loss_tolerance: float = 0.10  # see sharing.congestion_loss; the windowed rate's noise
+    queue_gain: float = 0.5  # a standing queue builds and drains within a few round trips; 0: no waits
+    queue_push_us: int = 2000  # smaller moves of a destination's wait are not pushed ...
+    queue_push_ratio: float = 0.1  # ... unless they are this part of it
+    queue_floor_us: int = 500  # a link's wait below this is none
+    queue_every_periods: int = 2  # how often the waits move (each move can change many classes)
+    queue_hold_periods: int = 40  # a flow saturated this recently gets no wait (its delay stays put)
 
 
 @dataclass
@@ -72,6 +94,13 @@ class OwnFlow:
 
 
 BACKGROUND = "background"  # the first part of a background flow's id, and its rows' src
+
+
+def _queue_time_us(queue, rate_bps: int) -> int:
+    """A link's `queue` as a time at its rate (packets: full 1514-byte frames)."""
+    if queue.time_us is not None:
+        return queue.time_us
+    return int(queue.packets * 1514 * 8 * 1e6 / rate_bps)
 
 
 class _LinkView:
@@ -93,6 +122,13 @@ class _LinkView:
         }
         self.seed = state.graph.experiment.settings.seed
         self.rtt_exponent = rtt_exponent(state.graph.experiment.settings.congestion_control)
+        self.standing_queue = standing_queue(state.graph.experiment.settings.congestion_control)
+        # A link's own `queue` as a time at its rate (full frames, as Queue counts them).
+        self.buffer_us = {
+            lid: _queue_time_us(link.props.extras.queue, link.props.rate_bps)
+            for lid, link in links.items()
+            if link.props.extras.queue is not None and link.props.rate_bps
+        }
 
     def background_flows(self, run_us: int) -> list[Flow]:
         """One flow per link with background traffic: wanting the rate drawn for now."""
@@ -140,6 +176,12 @@ class ShareLoop:
         self._samples: dict[tuple[str, str], deque] = {}
         self.applied: dict[tuple[str, str], Override] = {}  # what each own destination got
         self._view: _LinkView | None = None
+        self.link_waits: dict[int, float] = {}  # each full link's standing queue (us), smoothed
+        self._link_state: dict[int, tuple] = {}  # link -> (wait in ms, held flows) its destinations were set for
+        self._saturated: set[tuple[str, str]] = set()  # the saturated own flows they were set for
+        self._saturated_until: dict[tuple[str, str], int] = {}  # own flow -> the last period it counts as saturated
+        self._crossing: tuple[dict[int, list[tuple[str, str]]], dict[tuple[str, str], tuple[int, ...]]] | None = None
+        self._crossing_of: _LinkView | None = None  # the state the index was made for
         self.last: dict = {"flows": [], "links": []}
 
     def own(self, cores: Mapping[str, EmulationCore]) -> None:
@@ -151,6 +193,7 @@ class ShareLoop:
         self.cores = dict(cores)
         for key in [k for k in self.applied if before.get(k[0]) is not self.cores.get(k[0])]:
             del self.applied[key]
+        self._crossing = None  # new cores' destinations: set their waits again
 
     # ---- 1-2: measurement --------------------------------------------------------
 
@@ -232,6 +275,9 @@ class ShareLoop:
             flows, offered, result.rate_bps, view.capacity, self.settings.loss_tolerance
         )
         self._push(own, result.rate_bps, flow_loss)
+        if self.netem and self.settings.queue_gain > 0 and self.period % self.settings.queue_every_periods == 0:
+            self._wait(standing_queues(flows, result.full_links, view.buffer_us, view.standing_queue))
+            self._push_waits(result.full_links, self._held_saturated(own))
         self._record(saturated, flows, offered, result.rate_bps, link_loss, flow_loss)
 
     def _smoothed(self, current: int | None, target: int | None) -> int | None:
@@ -247,15 +293,13 @@ class ShareLoop:
         for f in own:
             key = (f.src, f.dst)
             active.add(key)
-            before = self.applied.get(key)
-            current = before.rate_bps if before and before.rate_bps is not None else f.path.rate_bps
+            before = self.applied.get(key, Override())
+            current = before.rate_bps if before.rate_bps is not None else f.path.rate_bps
             rate = self._smoothed(current, rates.get(key))
             if rate is not None and f.path.rate_bps is not None and rate >= f.path.rate_bps:
                 rate = None  # the path's own rate: no override needed
             loss = round(flow_loss.get(key, 0.0) / s.loss_step) * s.loss_step if self.netem else 0.0
-            new = Override(rate, min(loss, 1.0))
-            if before is None:
-                before = Override()
+            new = Override(rate, min(loss, 1.0), before.queue_us)
             if new.rate_bps is None or before.rate_bps is None:
                 moved = new.rate_bps != before.rate_bps
             else:
@@ -263,11 +307,102 @@ class ShareLoop:
             if moved or new.loss_ratio != before.loss_ratio:
                 changes.setdefault(f.src, {})[f.dst] = None if new == Override() else new
                 self._set_applied(key, new)
-        for key in [k for k in self.applied if k not in active]:
-            changes.setdefault(key[0], {})[key[1]] = None  # stopped or cut: give the capacity back
-            del self.applied[key]
+        for key, before in list(self.applied.items()):
+            if key not in active and (before.rate_bps is not None or before.loss_ratio):
+                # Stopped or cut: give the capacity back (a wait stays: its link is still full).
+                new = Override(queue_us=before.queue_us)
+                changes.setdefault(key[0], {})[key[1]] = None if new == Override() else new
+                self._set_applied(key, new)
         for src, per_dst in changes.items():
             self._apply(src, per_dst)
+
+    # ---- 6: the standing queues of full links ------------------------------------
+
+    def _wait(self, targets: Mapping[int, int]) -> None:
+        """Move each link's wait towards its target (0: the link is not full)."""
+        s = self.settings
+        for lid in set(targets) | set(self.link_waits):
+            target = targets.get(lid, 0)
+            now = self.link_waits.get(lid, 0.0)
+            now += s.queue_gain * (target - now)
+            if abs(target - now) < s.queue_push_us / 2:
+                now = target  # lands on it, as a destination's push would not move the last bit
+            if target == 0 and now < s.queue_floor_us:
+                self.link_waits.pop(lid, None)
+            else:
+                self.link_waits[lid] = now
+
+    def _held_saturated(self, own: list[OwnFlow]) -> set[tuple[str, str]]:
+        """The own flows saturated now or in the last `queue_hold_periods`: a
+        TCP flow dips under the saturation threshold after a loss, and a
+        wait added and taken away under it (tens of ms of delay) reorders
+        its packets and makes the dip worse (measured in the Kollaps
+        scenario: 12-20 seconds of stalls per run against 5-12)."""
+        until = self.period + self.settings.queue_hold_periods
+        for f in own:
+            if f.saturated:
+                self._saturated_until[(f.src, f.dst)] = until
+        for key in [k for k, end in self._saturated_until.items() if end < self.period]:
+            del self._saturated_until[key]
+        return set(self._saturated_until)
+
+    def _push_waits(self, full_links: Mapping[int, frozenset], saturated: set[tuple[str, str]]) -> None:
+        """Each own destination's wait: the sum over the full links of its
+        path of their standing queues, but for a link holding its own flow
+        back; none for a flow saturated lately (its backlog waits in its own
+        class, and its delay is not moved under it).  Only the destinations across
+        a link whose wait (to the millisecond) or held flows changed, or
+        whose flow became saturated or stopped being so, are looked at
+        again, and all when the paths changed (a new timeline state, new
+        cores)."""
+        now = {lid: (round(w / 1000), full_links.get(lid, frozenset())) for lid, w in self.link_waits.items()}
+        changed = {lid for lid in now.keys() | self._link_state.keys() if now.get(lid) != self._link_state.get(lid)}
+        flipped = saturated ^ self._saturated
+        fresh = self._crossing is None or self._crossing_of is not self._view
+        if not changed and not flipped and not fresh:
+            return
+        self._link_state, self._saturated = now, saturated
+        crossing, paths = self._crossing_index()
+        keys = {key for lid in (now.keys() | changed if fresh else changed) for key in crossing.get(lid, ())}
+        keys |= flipped
+        if fresh:  # a destination whose new path no longer crosses a full link
+            keys.update(key for key, override in self.applied.items() if override.queue_us)
+        s = self.settings
+        changes: dict[str, dict[str, Override | None]] = {}
+        for key in keys:
+            wait = sum(
+                w
+                for lid in paths.get(key, ())
+                if (w := self.link_waits.get(lid)) is not None and key not in full_links.get(lid, ())
+            )
+            if key in saturated:
+                wait = 0
+            wait = int(round(wait))
+            before = self.applied.get(key, Override())
+            moved = abs(wait - before.queue_us)
+            if moved == 0 or (wait and moved < max(s.queue_push_us, s.queue_push_ratio * before.queue_us)):
+                continue
+            new = replace(before, queue_us=wait)
+            changes.setdefault(key[0], {})[key[1]] = None if new == Override() else new
+            self._set_applied(key, new)
+        for src, per_dst in changes.items():
+            self._apply(src, per_dst)
+
+    def _crossing_index(self):
+        """(link -> own destinations whose path crosses it, destination -> its
+        path's links), made when first needed after the cores changed."""
+        if self._crossing is None or self._crossing_of is not self._view:
+            crossing: dict[int, list[tuple[str, str]]] = {}
+            paths: dict[tuple[str, str], tuple[int, ...]] = {}
+            for src in self.owned:
+                for dst, path in self._configured(src).items():
+                    if path is None:
+                        continue
+                    paths[(src, dst)] = path.link_ids
+                    for lid in path.link_ids:
+                        crossing.setdefault(lid, []).append((src, dst))
+            self._crossing, self._crossing_of = (crossing, paths), self._view
+        return self._crossing
 
     def _set_applied(self, key, override: Override) -> None:
         if override == Override():
@@ -307,6 +442,7 @@ class ShareLoop:
                     else None,
                     "saturated": saturated[fid],
                     "congestion_loss_ratio": flow_loss.get(fid, 0.0),
+                    "queue_us": applied.queue_us if applied else 0,
                 }
             )
         load: dict[int, int] = {}
@@ -326,6 +462,7 @@ class ShareLoop:
                     "load_bps": load[lid],
                     "utilisation": None if not cap else load[lid] / cap,
                     "oversubscribed_loss_ratio": link_loss.get(lid, 0.0),
+                    "standing_queue_us": int(self.link_waits.get(lid, 0)),
                 }
             )
         self.last = {"flows": rows, "links": links}
@@ -339,5 +476,7 @@ class ShareLoop:
         for src, dst in self.applied:
             by_src.setdefault(src, {})[dst] = None
         self.applied.clear()
+        self.link_waits.clear()
+        self._link_state, self._saturated, self._saturated_until = {}, set(), {}
         for src, per_dst in by_src.items():
             self._apply(src, per_dst)

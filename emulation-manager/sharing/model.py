@@ -32,7 +32,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -68,6 +69,45 @@ def rtt_exponent(congestion_control: str | None) -> float:
     return RTT_EXPONENT.get(congestion_control or "", UNMEASURED_RTT_EXPONENT)
 
 
+class StandingQueue(NamedTuple):
+    """A full drop-tail link's mean standing queue as a part of its buffer,
+    for one congestion control: `one` with a single flow filling the link,
+    approaching `many` as more do (their back-offs fall apart in time, each
+    taking 1/n of the load off the queue): many - (many - one) / n, at
+    most the whole buffer."""
+
+    one: float
+    many: float
+
+    def part(self, flows: int) -> float:
+        return min(1.0, self.many - (self.many - self.one) / max(1, flows))
+
+
+# What a packet that crosses a full link waits there when it is not one of
+# the flows that fill it (a ping, a flow held back elsewhere), per
+# congestion control, measured against the hop-by-hop reference
+# (bench/queue_bench.py; docs/fidelity.md, "RTT under load"): 1, 2 and 4
+# flows through a 10 Mbit/s link with a 44 ms buffer, 2 runs each, gave
+# Reno 0.53, 0.64, 0.72 of it; CUBIC 0.81, 0.81, 0.84; BBR 0.45, 0.90, 0.99
+# (BBR's flows together keep the buffer full: its `many` passes 1).
+STANDING_QUEUE: dict[str, StandingQueue] = {
+    "reno": StandingQueue(0.53, 0.77),
+    "cubic": StandingQueue(0.81, 0.85),
+    "bbr": StandingQueue(0.45, 1.35),
+}
+UNMEASURED_STANDING_QUEUE = STANDING_QUEUE["reno"]  # another loss-based control: Reno's
+# A link's buffer without its own `queue`: the longest round trip of the
+# flows crossing it at its rate, as a path's default queue (tcal/plan.py).
+MIN_BUFFER_US = 20_000
+
+
+def standing_queue(congestion_control: str | None) -> StandingQueue:
+    """STANDING_QUEUE for the experiment's control (None: this host's default)."""
+    if congestion_control is None:
+        congestion_control = host_congestion_control()
+    return STANDING_QUEUE.get(congestion_control or "", UNMEASURED_STANDING_QUEUE)
+
+
 class SharingInputError(CollapsarError):
     """The sharing model was handed flows or links that make no sense."""
 
@@ -90,6 +130,9 @@ class Sharing:
     rate_bps: dict[FlowId, int | None]  # None: nothing limits the flow
     link_loss_ratio: dict[LinkId, float]  # only oversubscribed links
     flow_loss_ratio: dict[FlowId, float]  # only flows crossing one of them
+    # The links the flows fill, each with the flows it holds back (their
+    # bottleneck: where a network would queue their backlog).
+    full_links: dict[LinkId, frozenset[FlowId]] = field(default_factory=dict)
 
 
 def share(flows: Sequence[Flow], link_rate_bps: Mapping[LinkId, int | None], rtt_exponent: float = 1.0) -> Sharing:
@@ -107,7 +150,31 @@ def share(flows: Sequence[Flow], link_rate_bps: Mapping[LinkId, int | None], rtt
         rate_bps={fid: (None if math.isinf(r) else int(round(r))) for fid, r in zip(ids, rates.tolist())},
         link_loss_ratio={arrays.link_ids[i]: float(link_loss[i]) for i in np.flatnonzero(link_loss > 0)},
         flow_loss_ratio={ids[i]: float(flow_loss[i]) for i in np.flatnonzero(flow_loss > 0)},
+        full_links=_full_links(arrays, alloc, link_limited, ids),
     )
+
+
+def _full_links(a: _Arrays, alloc: np.ndarray, link_limited: np.ndarray, ids: list) -> dict[LinkId, frozenset]:
+    """Each link a flow's fill stopped at, with the flows it stopped: a link
+    holds a flow back where that flow's level (rate / weight) is the highest
+    of the link's flows (weighted max-min's bottleneck condition), the link
+    being full; a flow stopped at two links at once has both."""
+    if not link_limited.any():
+        return {}
+    level = np.where(link_limited, alloc / a.weight, 0.0)
+    top = np.zeros(a.n_links)
+    np.maximum.at(top, a.inc_link, level[a.inc_flow])
+    full = a.per_link(np.where(np.isfinite(alloc), alloc, 0.0)) >= a.link_cap * (1 - 1e-6)
+    held = link_limited[a.inc_flow] & full[a.inc_link] & (level[a.inc_flow] >= top[a.inc_link] * (1 - 1e-6))
+    links, flows = a.inc_link[held], a.inc_flow[held]
+    order = np.argsort(links, kind="stable")
+    links, flows = links[order], flows[order]
+    cuts = np.flatnonzero(np.diff(links)) + 1
+    return {
+        a.link_ids[int(group_links[0])]: frozenset(ids[i] for i in group_flows.tolist())
+        for group_links, group_flows in zip(np.split(links, cuts), np.split(flows, cuts))
+        if len(group_links)
+    }
 
 
 class _Arrays:
@@ -344,3 +411,31 @@ def congestion_loss(
             if loss > 0:
                 keep[flow.flow_id] = keep.get(flow.flow_id, 1.0) * (1.0 - loss)
     return link_loss, {fid: 1.0 - k for fid, k in keep.items()}
+
+
+def standing_queues(
+    flows: Sequence[Flow],
+    full_links: Mapping[LinkId, frozenset],
+    link_buffer_us: Mapping[LinkId, int | None],
+    queue: StandingQueue,
+) -> dict[LinkId, int]:
+    """The mean wait (us) in each full link's queue: `queue.part(n)` of its
+    buffer, n the flows it holds back; the buffer is the link's own queue
+    as a time at its rate (`link_buffer_us`; None or absent: not set) or,
+    without one, the longest round trip among the flows crossing it (at
+    least MIN_BUFFER_US): the reference's rule for a link's buffer and
+    Collapsar's for a path's."""
+    if not full_links:
+        return {}
+    longest: dict[LinkId, int] = {}
+    for flow in flows:
+        for link_id in flow.link_ids:
+            if link_id in full_links and flow.rtt_us > longest.get(link_id, 0):
+                longest[link_id] = flow.rtt_us
+    waits = {}
+    for link_id, held in full_links.items():
+        buffer = link_buffer_us.get(link_id)
+        if buffer is None:
+            buffer = max(MIN_BUFFER_US, longest.get(link_id, 0))
+        waits[link_id] = int(round(queue.part(len(held)) * buffer))
+    return waits

@@ -3,7 +3,6 @@ flows, stages and model shares, and how a stage's rate is read from iperf3's int
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -17,12 +16,8 @@ SCENARIO = ROOT / "bench" / "kollaps-fig8.yaml"
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("fidelity_bench", ROOT / "bench" / "fidelity_bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_bench):
+    return load_bench("fidelity_bench")
 
 
 def test_flows_and_stages(bench):
@@ -87,7 +82,7 @@ def test_realism_columns_and_bottleneck_totals(bench, tmp_path):
         "runs": [run("collapsar", 1, 2.3e6, 2.4e6), run("collapsar", 2, 2.3e6, 2.4e6)]
         + [run("reference", 1, 2.0e6, 2.6e6), run("reference", 2, 2.2e6, 2.8e6)],
     }
-    table, summary = bench.summarise(raw, parse_file(ROOT / "bench" / "fairness-equal-rtt.yaml"), 8.0)
+    table, summary = bench.summarise(raw, parse_file(ROOT / "bench" / "fairness-equal-rtt.yaml"), 8.0, 1.0)
     # Reference long: mean 2.1, interval 2.1 +- 12.706 x 0.1 / sqrt(2) -> [1.2, 3.0]: 2.3 is inside.
     assert summary["2/long"]["inside"] is True
     assert summary["2/short"]["inside"] is True
@@ -98,7 +93,7 @@ def test_realism_columns_and_bottleneck_totals(bench, tmp_path):
     assert "2     b1 -> b2 |" in table and "-2.1%" in table
     assert "Collapsar's mean inside the reference's interval: 3 of 3" in table
     raw["runs"][2]["series"]["short"] = [(k, k + 1, 2.8e6) for k in range(1, 60)]  # both reference runs agree
-    table, summary = bench.summarise(raw, parse_file(ROOT / "bench" / "fairness-equal-rtt.yaml"), 8.0)
+    table, summary = bench.summarise(raw, parse_file(ROOT / "bench" / "fairness-equal-rtt.yaml"), 8.0, 1.0)
     assert (summary["1/short"]["inside"], summary["2/short"]["inside"]) == (False, False)  # 2.4 against [2.8, 2.8]
     assert "Collapsar's mean inside the reference's interval: 1 of 3" in table
 
@@ -107,7 +102,18 @@ def test_a_stage_rate_is_the_mean_of_its_settled_intervals(bench):
     flows = [{"client": "c1", "server": "s1", "start_s": 1.0, "end_s": 41.0}]
     stages = [(1.0, 21.0), (21.0, 41.0)]
     series = {"c1": [(1.0 + k, 2.0 + k, 1e6 * (1 if k < 20 else 3)) for k in range(40)]}
-    assert bench.stage_rates(series, flows, stages, settle_s=8) == {"0": {"c1": 1e6}, "1": {"c1": 3e6}}
+    assert bench.stage_rates(series, flows, stages, settle_s=8, guard_s=0) == {"0": {"c1": 1e6}, "1": {"c1": 3e6}}
+
+
+def test_the_guard_leaves_out_a_stages_last_second(bench):
+    flows = [{"client": "c1", "server": "s1", "start_s": 1.0, "end_s": 41.0}]
+    stages = [(1.0, 21.0), (21.0, 41.0)]
+    # 2 Mbit/s, but 0.8 in the second before the next flow's start (20-21 s).
+    series = {"c1": [(1.0 + k, 2.0 + k, 0.8e6 if k == 19 else 2e6) for k in range(40)]}
+    # Settled part 9-21 s: twelve intervals, one of them the dip.
+    assert bench.stage_rates(series, flows, stages, settle_s=8, guard_s=0)["0"]["c1"] == pytest.approx(1.9e6)
+    # 9-20 s: eleven intervals, all at 2; stage 2 keeps 29-40 s.
+    assert bench.stage_rates(series, flows, stages, settle_s=8, guard_s=1) == {"0": {"c1": 2e6}, "1": {"c1": 2e6}}
 
 
 def test_only_the_receivers_intervals_count(bench):

@@ -3,9 +3,7 @@ transfers and pings are read from the commands' logs by phase."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,13 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("flows_bench", ROOT / "bench" / "flows_bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_bench):
+    return load_bench("flows_bench")
 
 
 def test_the_scenario_is_a_valid_dumbbell_with_its_load_after_the_transfers(bench):

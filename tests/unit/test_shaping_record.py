@@ -87,6 +87,18 @@ def test_the_core_sends_netem_fields_and_compounds_loss_under_an_override():
 
 def test_without_netem_an_override_leaves_the_loss_alone():
     assert effective(path("a", "b"), Override(10**6, 0.5), netem=False) == LinkProps(rate_bps=10**6)
+    assert effective(path("a", "b"), Override(queue_us=9_000), netem=False) == path("a", "b").props
+
+
+def test_a_standing_queue_adds_to_the_paths_delay():
+    core = EmulationCore("a", "eth0", "ns-a", IPS, FakeTree, Shaping, netem=True, wire_overhead=True)
+    core.install({"b": Path("a", "b", 4_000, 1_000, 0.0, 3_000_000, (1,), "normal")})
+    core.set_overrides({"b": Override(queue_us=12_000)})
+    assert core.tree.calls[-1] == ("change_many", {"10.77.0.3": {"delay_us": 16_000}})
+    core.set_overrides({"b": Override(1_000_000, 0.0, 12_000)})  # a share as well: only the rate moves
+    assert core.tree.calls[-1] == ("change_many", {"10.77.0.3": {"rate_bps": 1_000_000}})
+    core.set_overrides({"b": None})
+    assert core.tree.calls[-1] == ("change_many", {"10.77.0.3": {"delay_us": 4_000, "rate_bps": 3_000_000}})
 
 
 @pytest.mark.parametrize("make", [FakeTree, TcTree])

@@ -8,6 +8,7 @@ from fake_tc import FakeTree
 
 from collapsar.manager.core import EmulationCore, Override
 from collapsar.manager.experiment import all_instances, paths_from
+from collapsar.manager.sharing import model
 from collapsar.manager.sharing.bus import MetadataBus
 from collapsar.manager.sharing.loop import ShareLoop, ShareSettings
 from collapsar.manager.sharing.metadata import Codec, FlowReport, Message
@@ -100,7 +101,7 @@ class Plant:
 def test_two_greedy_flows_split_the_bottleneck_then_the_survivor_takes_it_smoothly():
     plant = Plant()
     plant.wants = {("a", "ra"): 50 * M, ("b", "rb"): 50 * M}
-    loop = plant.loop(increase_gain=0.5)
+    loop = plant.loop(increase_gain=0.5, queue_gain=0)  # rates only: no standing queues
     trace = plant.run(loop, 4)
     # Period 1 has no rate yet (one sample); period 2 cuts both at once.
     assert [t[("a", "ra")] for t in trace] == [10 * M, 5 * M, 5 * M, 5 * M]
@@ -333,10 +334,86 @@ def test_status_lists_flows_links_and_counters():
 def test_cut_destination_loses_its_override_and_is_not_a_flow():
     plant = Plant()
     plant.wants = {("a", "ra"): 50 * M, ("b", "rb"): 50 * M}
-    loop = plant.loop(increase_gain=1.0)
+    loop = plant.loop(increase_gain=1.0, queue_gain=0)
     plant.run(loop, 3)
     plant.cores["b"].apply({"rb": None})
     plant.wants[("b", "rb")] = 0
     plant.run(loop, 4)
     assert plant.cores["b"].overrides == {}
     assert plant.rate("a", "ra") == 10 * M
+
+
+# ---- 6: the standing queues of full links ---------------------------------------
+
+
+def test_what_crosses_a_full_link_waits_in_its_standing_queue_and_stops_waiting_when_it_drains(monkeypatch):
+    monkeypatch.setitem(model.STANDING_QUEUE, "cubic", model.StandingQueue(0.6, 0.9))
+    plant = Plant(DUMBBELL.replace("name: db}", "name: db, congestion-control: cubic}"))
+    plant.wants = {("a", "ra"): 50 * M, ("b", "rb"): 50 * M, ("c", "rc"): 50 * M}
+    loop = plant.loop(increase_gain=1.0, queue_gain=1.0, queue_every_periods=1)
+    plant.run(loop, 3)
+    # l -> r (10 Mbit/s) is full and holds back a and b (c is held by its own
+    # 2 Mbit/s link, which it fills alone); each buffer is the longest round
+    # trip across it (6 ms), at least 20 ms: with two flows, 0.9 - 0.3 / 2 =
+    # 0.75 of it, 15 ms, with one 0.6, 12 ms.
+    l_r, c_l = link_id(plant, "l", "r"), link_id(plant, "c", "l")
+    assert loop.link_waits == {l_r: 15_000, c_l: 12_000}
+    # a's and b's flows wait in their own classes; their other destinations
+    # wait in l -> r's queue, c's in both (it fills its own link).  c's own
+    # flow crosses l -> r without being held there, but it is saturated: its
+    # delay is not moved under it.
+    assert plant.cores["a"].overrides["ra"].queue_us == 0
+    assert plant.cores["a"].overrides["rb"] == Override(queue_us=15_000)
+    assert plant.cores["c"].overrides["ra"] == Override(queue_us=27_000)
+    assert plant.cores["c"].overrides.get("rc", Override()).queue_us == 0
+    assert plant.cores["c"].effective("ra")["delay_us"] == 3000 + 27_000
+    # Nothing is full the other way (r -> l): no wait there.
+    assert plant.cores["ra"].overrides == {}
+    plant.wants = {}
+    plant.run(loop, 4)
+    assert loop.link_waits == {}
+    assert all(core.overrides == {} for core in plant.cores.values())
+    assert plant.cores["c"].effective("ra")["delay_us"] == 3000
+
+
+def test_a_flow_saturated_lately_keeps_its_delay(monkeypatch):
+    monkeypatch.setitem(model.STANDING_QUEUE, "cubic", model.StandingQueue(0.6, 0.9))
+    plant = Plant(DUMBBELL.replace("name: db}", "name: db, congestion-control: cubic}"))
+    plant.wants = {("a", "ra"): 50 * M, ("b", "rb"): 50 * M, ("c", "rc"): 50 * M}
+    loop = plant.loop(increase_gain=1.0, queue_gain=1.0, queue_every_periods=1, queue_hold_periods=4)
+    plant.run(loop, 3)
+    # c's flow falls to 0.5 of its 2 Mbit/s (a TCP flow after a loss, or an
+    # RPC stream): no longer saturated, but it was: for 4 periods no wait;
+    # then it waits in l -> r's queue (15 ms) like any other traffic across.
+    plant.wants[("c", "rc")] = M // 2
+    waits = []
+    for _ in range(8):
+        plant.run(loop, 1)
+        waits.append(plant.cores["c"].overrides.get("rc", Override()).queue_us)
+    # (From its first period under 0.8 of its allowance: the 2-period window
+    # already averages 1.25 Mbit/s.)
+    assert waits == [0, 0, 0, 0, 15_000, 15_000, 15_000, 15_000]
+
+
+def test_a_wait_follows_its_link_by_the_gain_and_small_moves_are_not_pushed(monkeypatch):
+    monkeypatch.setitem(model.STANDING_QUEUE, "reno", model.StandingQueue(0.3, 0.7))
+    plant = Plant(DUMBBELL.replace("name: db}", "name: db, congestion-control: reno}"))
+    plant.wants = {("a", "ra"): 50 * M, ("b", "rb"): 50 * M}
+    loop = plant.loop(
+        increase_gain=1.0, queue_gain=0.5, queue_push_us=2000, queue_push_ratio=0.1, queue_every_periods=1
+    )
+    waits = []
+    for _ in range(7):
+        plant.run(loop, 1)
+        waits.append(plant.cores["c"].overrides.get("ra", Override()).queue_us)
+    # Two flows: 0.7 - 0.4 / 2 = 0.5 of 20 ms: 10 ms.  Period 1 has one
+    # sample (no rate yet); from period 2 the link is full and its wait goes
+    # half the way each period: 5, 7.5, then 8.75 ms (1.25 ms more than
+    # pushed: under 2 ms and 10%, not pushed), then 9.375, within 1 ms (half
+    # a push) of 10: it lands there, 2.5 ms more than pushed.
+    assert waits == [0, 5000, 7500, 7500, 10000, 10000, 10000]
+
+
+def link_id(plant, src, dst):
+    links = plant.timeline.steps[0].state.links
+    return next(lid for lid, link in links.items() if (link.src, link.dst) == (src, dst))

@@ -289,3 +289,48 @@ def test_congestion_loss_forgives_measurement_noise():
     assert loss == pytest.approx({"u": 9 / 20})  # over 11 by 9, 10.5 too many in all: all 9 charged
     # 5% over capacity in all is noise too: no loss anywhere.
     assert congestion_loss(flows, {"u": 10_500_000, "t": 10_500_000}, allowed, {7: 20 * M}, tolerance=0.1) == ({}, {})
+
+
+# ---- full links and their standing queues ------------------------------------------
+
+
+def test_full_links_name_the_flows_they_hold_back():
+    # The Kollaps scenario's stage 5: c1-c3 meet on b1 -> b2 (7), all five on b2 -> b3 (8).
+    flows = [
+        flow("c1", [1, 7, 8], 60, path=5 * M),
+        flow("c2", [2, 7, 8], 50, path=5 * M),
+        flow("c3", [3, 7, 8], 50, path=M),
+        flow("c4", [4, 8], 40, path=5 * M),
+        flow("c5", [5, 8], 30, path=5 * M),
+    ]
+    caps = {1: 5 * M, 2: 5 * M, 3: M, 4: 5 * M, 5: 5 * M, 7: 5 * M, 8: 10 * M}
+    result = share(flows, caps, 0.47)
+    # c3 is held by its own access link (3), c1 and c2 by b1 -> b2, c4 and c5
+    # by b2 -> b3, which c1-c3 cross without being held there.
+    assert result.full_links == {3: {"c3"}, 7: {"c1", "c2"}, 8: {"c4", "c5"}}
+    # A flow that wants less than its share fills nothing.
+    assert share([flow("a", [1], 10, 2 * M), flow("b", [1], 10, 3 * M)], {1: 10 * M}).full_links == {}
+    # Unlimited links are never full.
+    assert share([flow("a", [1], 10)], {1: None}).full_links == {}
+
+
+def test_a_full_links_standing_queue_is_a_part_of_its_buffer():
+    flows = [flow("a", [1, 2], 60), flow("b", [2], 10), flow("c", [3], 4), flow("d", [3], 4)]
+    full = {1: frozenset({"a"}), 2: frozenset({"b"}), 3: frozenset({"c", "d"})}
+    queue = model.StandingQueue(0.5, 0.9)
+    # Link 1: its own queue, 40 ms; link 2: the longest round trip across it
+    # (a's 60 ms); link 3: 4 ms, below the 20 ms floor, and two flows fill it:
+    # 0.9 - 0.4 / 2 = 0.7 of its buffer.
+    assert model.standing_queues(flows, full, {1: 40_000}, queue) == {1: 20_000, 2: 30_000, 3: 14_000}
+    assert model.standing_queues(flows, {}, {}, queue) == {}
+    assert [queue.part(n) for n in (1, 2, 4)] == pytest.approx([0.5, 0.7, 0.8])
+    assert model.StandingQueue(0.4, 1.2).part(4) == 1.0  # never more than the whole buffer
+
+
+def test_the_standing_queue_follows_the_congestion_control():
+    assert [model.standing_queue(c) for c in ("reno", "cubic", "bbr", "vegas")] == [
+        model.STANDING_QUEUE["reno"],
+        model.STANDING_QUEUE["cubic"],
+        model.STANDING_QUEUE["bbr"],
+        model.UNMEASURED_STANDING_QUEUE,
+    ]

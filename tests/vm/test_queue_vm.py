@@ -13,9 +13,16 @@ ping sent while one CUBIC flow fills the path waits up to the 20 frames
 the path had netem's 1000 packets (of up to 2 frames each): seconds.
 
 c measures, in one run: 50 pings idle, then an iperf3 flow for 22 s and,
-from 7 s into it, 200 pings.  Timing figures are soft (a busy host only
-makes the emulated machine later): the run is made again, up to ATTEMPTS
-times, until they are in bounds.
+from 7 s into it, 200 pings.  Its neighbour n (on b1 as c, the same
+links) pings s too, idle before c's flow and under it: n is no flow, so in
+Collapsar it waits in the standing queue the sharing loop adds to what
+crosses the full b1 -> b2 (collapsar/manager/sharing/model.py,
+`standing_queues`): CUBIC's 0.81 of the link's buffer, c's 60 ms round
+trip, with one flow filling it: 48.6 ms, where the reference's n waits
+behind c's flow in the one queue (bench/queue_bench.py measured 0.81 of
+that buffer).  Timing figures are soft (a busy host only makes the
+emulated machine later): the run is made again, up to ATTEMPTS times,
+until they are in bounds.
 """
 
 from __future__ import annotations
@@ -46,16 +53,33 @@ C_MEASURES = """\
         echo LOADED; ping -n -i 0.05 -c 200 -W 3 s; wait;
         echo IPERF; cat /tmp/cx-queue-iperf.json
 """
-TOPOLOGY = BOTTLENECK.replace(
-    "experiment: {name: reference-bottleneck}", "experiment: {name: vm-queue, congestion-control: cubic}"
-).replace('  c: {command: [sleep, "600"]}\n', C_MEASURES)
-assert "congestion-control" in TOPOLOGY and "IPERF" in TOPOLOGY
+# n: 20 pings idle (t = 1-3 s: c's flow starts after its own 2.5 s of idle
+# pings), then 80 while c's flow has filled b1 -> b2 for 8 s or more.
+NEIGHBOUR = """\
+  n:
+    command:
+      - sh
+      - -c
+      - >-
+        sleep 1; echo IDLE; ping -n -i 0.1 -c 20 -W 3 s;
+        sleep 9; echo LOADED; ping -n -i 0.1 -c 80 -W 3 s
+"""
+NEIGHBOUR_LINK = "  - {from: n, to: b1, latency: 5ms, bandwidth: 8Mbps}\n"
+STANDING_WAIT_MS = 0.81 * BASE_RTT_MS  # CUBIC's part of the buffer with one flow: model.STANDING_QUEUE
+TOPOLOGY = (
+    BOTTLENECK.replace(
+        "experiment: {name: reference-bottleneck}", "experiment: {name: vm-queue, congestion-control: cubic}"
+    ).replace('  c: {command: [sleep, "600"]}\n', C_MEASURES + NEIGHBOUR)
+    + NEIGHBOUR_LINK
+)
+assert "congestion-control" in TOPOLOGY and "IPERF" in TOPOLOGY and "echo LOADED; ping -n -i 0.1" in TOPOLOGY
 
 _TIME = re.compile(r"time=([0-9.]+) ms")
 
 
-def _run(tmp, attempt: int) -> tuple[str, list[float], list[float], dict]:
-    """One run: (c's `tc qdisc show` and gso_max_segs, idle RTTs, loaded RTTs, iperf3's report)."""
+def _run(tmp, attempt: int) -> tuple[str, list[float], list[float], dict, list[float], list[float]]:
+    """One run: (c's `tc qdisc show` and gso_max_segs, idle RTTs, loaded RTTs,
+    iperf3's report, n's idle and loaded RTTs)."""
     topology = tmp / "vm-queue.yaml"
     topology.write_text(TOPOLOGY.replace("/tmp/cx-queue-iperf.json", f"/tmp/cx-queue-iperf-{attempt}.json"))
     runs = tmp / f"runs-{attempt}"
@@ -73,22 +97,24 @@ def _run(tmp, attempt: int) -> tuple[str, list[float], list[float], dict]:
     idle, rest = rest.split("LOADED", 1)
     loaded, report = rest.split("IPERF", 1)
     rtts = [[float(t) for t in _TIME.findall(part)] for part in (idle, loaded)]
-    return kernel, rtts[0], rtts[1], json.loads(report)
+    n_idle, n_loaded = (run_dir / "logs" / "n.out").read_text().split("IDLE", 1)[1].split("LOADED", 1)
+    n_rtts = [[float(t) for t in _TIME.findall(part)] for part in (n_idle, n_loaded)]
+    return kernel, rtts[0], rtts[1], json.loads(report), n_rtts[0], n_rtts[1]
 
 
 def test_the_default_queue_delays_like_the_reference_bottleneck(tmp_path, record_property):
     attempts = iter(range(1, 100))
 
     def attempt():
-        kernel, idle, loaded, report = _run(tmp_path, next(attempts))
+        kernel, idle, loaded, report, n_idle, n_loaded = _run(tmp_path, next(attempts))
         assert "error" not in report, report["error"]
-        # c's one path: netem holds its delay line (30 ms at 4 Mbit/s: 9.9
+        # c's path to s: netem holds its delay line (30 ms at 4 Mbit/s: 9.9
         # frames) twice and the queue, then its child is the queue; one frame per packet.
         limits = re.findall(r"netem (\S+): dev \S+ parent \S+ limit (\d+) delay 30ms", kernel)
         assert [limit for _, limit in limits] == [str(2 * 10 + QUEUE_PKTS)], kernel
         leaf_major = int(limits[0][0], 16)
-        queues = re.findall(r"pfifo (\S+): dev \S+ parent (\S+) limit (\d+)p", kernel)
-        assert queues == [(f"{0x8000 + leaf_major:x}", f"{leaf_major:x}:1", str(QUEUE_PKTS))], kernel
+        queues = re.findall(rf"pfifo (\S+): dev \S+ parent {leaf_major:x}:1 limit (\d+)p", kernel)
+        assert queues == [(f"{0x8000 + leaf_major:x}", str(QUEUE_PKTS))], kernel
         assert "gso_max_segs 1\n" in kernel, kernel
         # The queue drops after the delay: the sender learns of it as from a
         # router and sends again (a queue in front of the delay drops in the
@@ -96,6 +122,7 @@ def test_the_default_queue_delays_like_the_reference_bottleneck(tmp_path, record
         assert report["end"]["sum_sent"]["retransmits"] > 0, report["end"]["sum_sent"]
         assert len(idle) >= 45, f"only {len(idle)} of 50 pings came back idle"
         assert len(loaded) >= 150, f"only {len(loaded)} of 200 pings came back under load"
+        assert len(n_idle) >= 18 and len(n_loaded) >= 70, f"n: {len(n_idle)} of 20, {len(n_loaded)} of 80 came back"
         base = statistics.median(idle)
         waits = [r - base for r in loaded]
         goodput = report["end"]["sum_received"]["bits_per_second"] / BOTTLENECK_BPS
@@ -107,6 +134,8 @@ def test_the_default_queue_delays_like_the_reference_bottleneck(tmp_path, record
             "wait_p95_ms": percentile(waits, 95),
             "goodput_ratio": goodput,
             "retransmits": report["end"]["sum_sent"]["retransmits"],
+            "neighbour_idle_median_ms": statistics.median(n_idle),
+            "neighbour_wait_median_ms": statistics.median(n_loaded) - statistics.median(n_idle),
         }
         return figures, (
             outside("idle median", base, BASE_RTT_MS, BASE_RTT_MS + EXCESS_MS)
@@ -115,6 +144,15 @@ def test_the_default_queue_delays_like_the_reference_bottleneck(tmp_path, record
             + outside("median wait", statistics.median(waits), 0.3 * FULL_MS, 1.0 * FULL_MS)
             + outside("p95 wait", percentile(waits, 95), 0.7 * FULL_MS, 1.1 * FULL_MS + 3)
             + outside("goodput / rate", goodput, 0.88, 0.945)
+            # n waits the link's standing queue and nothing else: a constant
+            # netem delay, so its median within a few ms of it.
+            + outside("n's idle median", statistics.median(n_idle), BASE_RTT_MS, BASE_RTT_MS + EXCESS_MS)
+            + outside(
+                "n's median wait",
+                figures["neighbour_wait_median_ms"],
+                STANDING_WAIT_MS - 3,
+                STANDING_WAIT_MS + 3,
+            )
         )
 
     until_in_bounds(record_property, attempt)
