@@ -25,6 +25,12 @@ first being starved; the others already got its unused part.
 Congestion loss: when the measured demand on a link exceeds its capacity, a
 real drop-tail bottleneck would discard the excess, so loss = (D - C) / D;
 flows crossing several such links compound it.
+
+Standing queues: the links the flows fill (`Sharing.full_links`, each with
+the flows it holds back) hold a standing queue, a part of their buffer
+that depends on the congestion control and on how many flows fill them
+(`StandingQueue`, `standing_queues`); what else crosses such a link waits
+in it (the manager loop adds it to those paths' delays).
 """
 
 from __future__ import annotations
