@@ -142,9 +142,9 @@ def stage_rates(
     rates: dict[str, dict[str, float | None]] = {}
     for k, stage in enumerate(stages):
         rates[str(k)] = {}
+        end = stage[1] - guard_s
         for flow in active(flows, stage):
             begin = max(stage[0], flow["start_s"]) + settle_s
-            end = stage[1] - guard_s
             kept = [bps for a, b, bps in series[flow["client"]] if a >= begin - 0.1 and b <= end + 0.1]
             rates[str(k)][flow["client"]] = sum(kept) / len(kept) if kept else None
     return rates

@@ -206,6 +206,13 @@ class Queue:
         assert self.time_us is not None
         return max(1, math.ceil(rate_bps / 8 * self.time_us / 1e6 / frame_bytes))
 
+    def time_us_at(self, rate_bps: int, frame_bytes: int) -> int:
+        """The queue as the time it takes to send at `rate_bps` (packets: full frames of `frame_bytes`)."""
+        if self.time_us is not None:
+            return self.time_us
+        assert self.packets is not None
+        return int(self.packets * frame_bytes * 8 * 1e6 / rate_bps)
+
 
 @dataclass(frozen=True)
 class Background:

@@ -51,6 +51,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from collapsar.impairments import FRAME_BYTES
 from collapsar.manager.core import EmulationCore, Override
 from collapsar.manager.sharing.bus import MetadataBus
 from collapsar.manager.sharing.metadata import FlowReport
@@ -96,13 +97,6 @@ class OwnFlow:
 BACKGROUND = "background"  # the first part of a background flow's id, and its rows' src
 
 
-def _queue_time_us(queue, rate_bps: int) -> int:
-    """A link's `queue` as a time at its rate (packets: full 1514-byte frames)."""
-    if queue.time_us is not None:
-        return queue.time_us
-    return int(queue.packets * 1514 * 8 * 1e6 / rate_bps)
-
-
 class _LinkView:
     """Capacity and delay per link id for one timeline state (cached: a
     state object never changes, and the timeline hands out the same object
@@ -125,7 +119,7 @@ class _LinkView:
         self.standing_queue = standing_queue(state.graph.experiment.settings.congestion_control)
         # A link's own `queue` as a time at its rate (full frames, as Queue counts them).
         self.buffer_us = {
-            lid: _queue_time_us(link.props.extras.queue, link.props.rate_bps)
+            lid: link.props.extras.queue.time_us_at(link.props.rate_bps, FRAME_BYTES)
             for lid, link in links.items()
             if link.props.extras.queue is not None and link.props.rate_bps
         }
@@ -181,7 +175,7 @@ class ShareLoop:
         self._saturated: set[tuple[str, str]] = set()  # the saturated own flows they were set for
         self._saturated_until: dict[tuple[str, str], int] = {}  # own flow -> the last period it counts as saturated
         self._crossing: tuple[dict[int, list[tuple[str, str]]], dict[tuple[str, str], tuple[int, ...]]] | None = None
-        self._crossing_of: _LinkView | None = None  # the state the index was made for
+        self._crossing_of: _LinkView | None = None  # the state the index was made for (None: remake it)
         self.last: dict = {"flows": [], "links": []}
 
     def own(self, cores: Mapping[str, EmulationCore]) -> None:
@@ -193,7 +187,7 @@ class ShareLoop:
         self.cores = dict(cores)
         for key in [k for k in self.applied if before.get(k[0]) is not self.cores.get(k[0])]:
             del self.applied[key]
-        self._crossing = None  # new cores' destinations: set their waits again
+        self._crossing_of = None  # new cores' destinations: index them and set their waits again
 
     # ---- 1-2: measurement --------------------------------------------------------
 
@@ -358,7 +352,7 @@ class ShareLoop:
         now = {lid: (round(w / 1000), full_links.get(lid, frozenset())) for lid, w in self.link_waits.items()}
         changed = {lid for lid in now.keys() | self._link_state.keys() if now.get(lid) != self._link_state.get(lid)}
         flipped = saturated ^ self._saturated
-        fresh = self._crossing is None or self._crossing_of is not self._view
+        fresh = self._crossing_of is not self._view
         if not changed and not flipped and not fresh:
             return
         self._link_state, self._saturated = now, saturated
@@ -390,7 +384,7 @@ class ShareLoop:
 
     def _crossing_index(self):
         """(link -> own destinations whose path crosses it, destination -> its
-        path's links), made when first needed after the cores changed."""
+        path's links), made when first needed after the state or the cores changed."""
         if self._crossing is None or self._crossing_of is not self._view:
             crossing: dict[int, list[tuple[str, str]]] = {}
             paths: dict[tuple[str, str], tuple[int, ...]] = {}

@@ -124,6 +124,9 @@ def test_a_path_has_its_bottleneck_queue():
 def test_a_queue_in_time_is_packets_at_the_rate():
     assert Queue(time_us=20_000).packets_at(10_000_000, 1514) == 17  # 25,000 bytes
     assert Queue(time_us=1).packets_at(1_000_000, 1514) == 1
+    # And back: 25 frames of 1514 bytes take 30.28 ms at 10 Mbit/s; a time is itself.
+    assert Queue(packets=25).time_us_at(10_000_000, 1514) == 30_280
+    assert Queue(time_us=20_000).time_us_at(10_000_000, 1514) == 20_000
     assert Queue(packets=64).packets_at(10_000_000, 1514) == 64
 
 
