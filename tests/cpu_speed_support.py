@@ -27,6 +27,12 @@ from collapsar.manager.programs import workload_build_dir
 SPIN = "while :; do :; done"
 COMPUTE_MS = 40
 REQUESTS = 8
+# Between one client's join and the next: its requests take under 1 s even
+# at speed 0.5 in the VM, and the next join's set-up (namespace, veth,
+# classes: seconds of CPU under emulation) would otherwise run on their core
+# during the last of them (measured in the VM tier: the slow loop's last
+# requests at 105-118 ms where its first took 85-90).
+CLIENT_GAP_S = 2.0
 MODES = ("cpu", "loop", "wall")  # -C TIME, -C TIME,loop, -C TIME,wall
 BRING_UP_S = 240  # a run's start takes over a minute in the VM tier's emulated VM on a busy host
 
@@ -85,9 +91,13 @@ def _client(name: str, target: str, mode: str, out: Path) -> str:
     return f"  {name}: {{command: [wl-client, --to, {target}, -C, {op}, -n, '{REQUESTS}', -o, {out}], replicas: 0}}\n"
 
 
-def compute_latencies(tmp_path: Path) -> tuple[dict[tuple[str, str], float], dict[str, float]]:
+def compute_latencies(
+    tmp_path: Path, records: dict[tuple[str, str], list[tuple[float, float]]] | None = None
+) -> tuple[dict[tuple[str, str], float], dict[str, float]]:
     """(node, mode) -> median latency in ms of `REQUESTS` COMPUTEs of
-    COMPUTE_MS; and node -> its loop's calibration, iterations per us."""
+    COMPUTE_MS; and node -> its loop's calibration, iterations per us.
+    `records`, if given, gets each client's requests: (sent at, s after the
+    client started; latency, ms)."""
     if not (workload_build_dir() / "wl-client").exists():
         raise AssertionError(f"wl-client is not built in {workload_build_dir()}: make -C workload-node")
     clients, events, links, outs = "", "", "", {}
@@ -99,7 +109,7 @@ def compute_latencies(tmp_path: Path) -> tuple[dict[tuple[str, str], float], dic
             clients += _client(name, node, mode, outs[(node, mode)])
             events += f"  - {{at: {at_s:g}s, service: {name}, action: join}}\n"
             links += f"  - {{from: {name}, to: s, bandwidth: 100Mbps}}\n"
-            at_s += 1.0
+            at_s += CLIENT_GAP_S
     topology = (
         "experiment: {name: cpu-speed-compute}\n"
         "services:\n"
@@ -120,7 +130,10 @@ def compute_latencies(tmp_path: Path) -> tuple[dict[tuple[str, str], float], dic
         run.abandon()
     (run_dir,) = run.runs.iterdir()
     calibrated = {node: _calibration(run_dir / "logs" / f"{node}.err") for node in ("fast", "slow", "crawl")}
-    return {key: _median_ms(path) for key, path in outs.items()}, calibrated
+    requests = {key: _requests(path) for key, path in outs.items()}
+    if records is not None:
+        records.update({key: [(sent / 1e6, ms) for sent, ms in got] for key, got in requests.items()})
+    return {key: statistics.median(ms for _, ms in got) for key, got in requests.items()}, calibrated
 
 
 def _calibration(log: Path) -> float:
@@ -131,11 +144,12 @@ def _calibration(log: Path) -> float:
     raise AssertionError(f"{log}: no calibration line in {log.read_text()!r}")
 
 
-def _median_ms(path: Path) -> float:
-    latencies = []
+def _requests(path: Path) -> list[tuple[float, float]]:
+    """A client's answered requests: (sent at, us; latency, ms)."""
+    got = []
     for line in path.read_text().splitlines():
         fields = line.split(",")  # send_us,latency_us,status,thread,session (a header first)
         if len(fields) >= 3 and fields[2] == "OK":
-            latencies.append(float(fields[1]) / 1000)
-    assert len(latencies) == REQUESTS, f"{path}: {path.read_text()}"
-    return statistics.median(latencies)
+            got.append((float(fields[0]), float(fields[1]) / 1000))
+    assert len(got) == REQUESTS, f"{path}: {path.read_text()}"
+    return got
