@@ -48,9 +48,14 @@ def run(tmp_path, name: str, egress: str, seconds: int, both: bool) -> dict[str,
 
 def test_a_token_bucket_caps_the_sum_of_every_path(tmp_path):
     got = run(tmp_path, "bucket", "{rate: 6Mbps, burst: 64KiB}", 6, both=True)
-    total = [a + b for a, b in zip(got["sink1"][2:10], got["sink2"][2:10])]
-    print(f"two flows under a 6 Mbit/s bucket: {statistics.median(total) / 1e6:.2f} Mbit/s together")
-    assert abs(statistics.median(total) - 6e6 * GOODPUT_SHARE) <= 0.05 * 6e6
+    # Each flow's mean over 1-5 s, added: each server times its intervals
+    # from its own flow's start, and the two flows trade the bucket back and
+    # forth, so a sum interval by interval swings: in one run the median of
+    # those sums was 5.25 where the means added up to 5.46 (CI failed on
+    # such a median, 5.25 Mbit/s).
+    total = sum(statistics.mean(got[sink][2:10]) for sink in ("sink1", "sink2"))
+    print(f"two flows under a 6 Mbit/s bucket: {total / 1e6:.2f} Mbit/s together")
+    assert abs(total - 6e6 * GOODPUT_SHARE) <= 0.05 * 6e6
 
 
 def test_credits_last_as_long_as_configured(tmp_path):
