@@ -367,7 +367,8 @@ class ActiveTcTree(TcTree):
         if new.rate_bps != shared.record.rate_bps:
             reqs.append(self._requests.klass(shared.classid, self._htb(new.rate_bps), m.CHANGE, what, None))
         leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu)
-        leaf = changed_leaf(leaf, new, shared.leaf, shared.record)
+        if not self.all_cut and not all(self._dormant[ip].cut for ip in shared.members):
+            leaf = changed_leaf(leaf, new, shared.leaf, shared.record)  # else sized afresh: TcTree._unused
         if kernel_leaf(leaf) != kernel_leaf(shared.leaf):
             reqs += self._requests.leaves(shared.minor, leaf, True, m.CHANGE, None)
         del self._shared[shared.key]

@@ -88,6 +88,11 @@ Why these numbers (measured on this project's hosts, see bench/tcal_bench.py):
   A path without a rate keeps the old sizing for both: the delay line
   (rate x (delay + 4 jitter)) at LIMIT_RATE_CAP_BPS with 1.5 x headroom
   plus 1000 packets.  Without netem (no delay) the leaf is that queue alone.
+  A class's sizing only grows while it carries traffic (the sharing loop's
+  rates come and go under a running flow: `changed_leaf`); a cut class
+  takes the next path's own sizing (TcTree._unused): an instance that
+  joins later has its classes made at t=0 only to be cut, without a rate,
+  and grown from those its flows had the unlimited queue above.
 - jitter in order: netem's rate mode makes each packet leave no earlier
   than the one before it; at IN_ORDER_RATE_BPS it adds 0.12 us per frame.
 """

@@ -229,7 +229,7 @@ class TcTree:
                     if rate == dest.shaping.rate_bps:
                         continue
                     sized = dest.sized_for_bps
-                    if sized is None or (rate is not None and rate <= sized):
+                    if not self._unused(dest) and (sized is None or (rate is not None and rate <= sized)):
                         check_rate(f"destination {ip}", rate)
                         reqs.append(
                             m.Request(
@@ -275,17 +275,33 @@ class TcTree:
             reqs.append(
                 m.Request(m.RTM_NEWTCLASS, m.CHANGE, dest.template.body(self._htb(new.rate_bps)), dest.change_what, ip)
             )
-        leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu, limit_rate_bps=dest.limit_rate(new))
-        leaf = changed_leaf(leaf, new, dest.leaf, dest.shaping)
+        if self._unused(dest):  # sized afresh for its path (see _unused)
+            leaf, sized_for = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu), new.rate_bps
+        else:
+            sized_for = dest.limit_rate(new)
+            leaf = leaf_params(new, netem=self.netem, mtu_bytes=self._mtu, limit_rate_bps=sized_for)
+            leaf = changed_leaf(leaf, new, dest.leaf, dest.shaping)
         if leaf != dest.leaf:
             if kernel_leaf(leaf) != kernel_leaf(dest.leaf):
                 send_table = bool(leaf.jitter_us) and leaf.distribution != dest.table_sent
                 reqs += self._requests.leaves(dest.minor, leaf, send_table, m.CHANGE, ip)
-                dest.sized_for_bps = dest.limit_rate(new)
+                dest.sized_for_bps = sized_for
                 if send_table:
                     dest.table_sent = leaf.distribution
             dest.leaf = leaf
         dest.shaping = new
+
+    def _unused(self, dest: Dest) -> bool:
+        """No packet reaches the destination's class now (it is cut, or the
+        whole tree is): what it takes next is a path coming (back), whose
+        queue is sized for that path alone.  The default sizing only grows
+        while the class carries traffic (the sharing loop's rates come and
+        go under a running flow); grown from the class a cut instance is
+        made with (unlimited, until it joins) it kept a queue sized for an
+        unlimited rate for the rest of the run: 1000 packets on a 5 Mbit/s
+        path without netem, 31962 with it, where a class made with the path
+        has 10 and 21."""
+        return dest.cut or self.all_cut
 
     def add(self, shaping: Shaping) -> None:
         self._need_setup()

@@ -15,6 +15,7 @@ from test_local_support import Cli, host_snapshot, pid_alive, read_json, run_id_
 
 from collapsar.manager.local import firewall
 from collapsar.manager.play.scheduler import percentile
+from collapsar.tcal.plan import default_queue_pkts
 
 GOODPUT_SHARE = 1448 / 1538  # TCP goodput of an Ethernet link at MTU 1500 (TCAL wire overhead)
 
@@ -34,7 +35,7 @@ services:
   pinger: {{command: [sh, -c, "ping -c 2 -i 0.2 -W 2 fast && getent hosts slow client"]}}
   idle: {{command: [sleep, "60"]}}
   idle2: {{command: [sleep, "60"]}}
-  late: {{command: [sh, -c, "ping -c 1 -W 2 fast && getent hosts late"], replicas: 0}}
+  late: {{command: [sh, -c, "ping -c 1 -W 2 fast && getent hosts late && tc qdisc show dev eth0"], replicas: 0}}
 bridges: [sw]
 links:
   - {{from: client, to: sw, bandwidth: 100Mbps}}
@@ -134,6 +135,21 @@ def test_instances_reach_each_other_by_name(run):
 def test_an_instance_that_joins_later_is_reachable(run):
     out = (run["dir"] / "logs" / "late.out").read_text()
     assert "1 packets transmitted, 1 received" in out and "10.78.0.8       late" in out
+
+
+def test_an_instance_that_joins_later_gets_its_paths_queues(run):
+    """Its tree is made at t=0 with classes only to be cut (it has no path
+    yet); each class's queue is sized for the path it gets when it joins
+    (20 ms at the path's rate: no delay here), not for the unlimited
+    placeholder (1000 packets, before the fix)."""
+    out = (run["dir"] / "logs" / "late.out").read_text()
+    limits = sorted(int(line.split("limit ")[1].rstrip("p")) for line in out.splitlines() if " pfifo " in line)
+    to_client, to_fast, to_slow = (default_queue_pkts(rate, 0) for rate in (100_000_000, 40_000_000, 10_000_000))
+    # The blackhole's 0; slow, fast; client, pinger and idle2 across their
+    # 100 Mbit/s links; idle crashed as late joined: its class never got a
+    # path and keeps the placeholder's 1000, cut.
+    assert limits == sorted([0, to_slow, to_fast, to_client, to_client, to_client, 1000]), out
+    assert (to_slow, to_fast, to_client) == (17, 67, 166)
 
 
 def goodput_bps(path: Path) -> float:

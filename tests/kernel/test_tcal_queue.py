@@ -20,7 +20,8 @@ import pytest
 from tcal_traffic import run, tc_json
 
 from collapsar.impairments import Extras, Queue
-from collapsar.tcal import Shaping
+from collapsar.tcal import Shaping, TcTree
+from collapsar.tcal.active import ActiveTcTree
 
 RATE_BPS = 10_000_000
 FRAME_MS = 1538 * 8 / RATE_BPS * 1000  # one full frame's wire time
@@ -124,3 +125,30 @@ def test_a_queue_change_is_exact_both_ways(tree_factory):
     assert leaf_limit(pair.src_ns, pair.src_if) == [0, 17]  # the default without delay: 20 ms at 10 Mbit/s
     tree.change(ip, rate_bps=RATE_BPS // 2)
     assert leaf_limit(pair.src_ns, pair.src_if) == [0, 17]
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["its own cut", "the whole tree cut"])
+@pytest.mark.parametrize("kind", [TcTree, ActiveTcTree], ids=["full", "active"])
+def test_a_path_that_comes_to_a_cut_class_gets_its_own_queue(make_netns_pair, kind, whole):
+    """An instance that joins later has its tree made at t=0 with classes
+    made only to be cut (unlimited: no rate yet); the path it gets when it
+    joins sizes the queue afresh, where the sizing that only grows (for the
+    sharing loop's rates under a running flow) kept the unlimited one: 1000
+    packets where this path's own queue is 17 (20 ms at 10 Mbit/s).  Once
+    the class carries traffic again, a lower rate keeps the room it has."""
+    pair = make_netns_pair(n_dst=1)
+    tree = kind(pair.src_if, pair.src_ns, netem=False)
+    try:
+        ip = pair.dst_ips[0]
+        tree.setup([Shaping(ip, None)])  # the placeholder: no rate
+        assert leaf_limit(pair.src_ns, pair.src_if) == [0, 1000]
+        tree.cut_all() if whole else tree.cut(ip)
+        tree.change(ip, rate_bps=RATE_BPS)
+        tree.restore_all() if whole else tree.restore(ip)
+        assert leaf_limit(pair.src_ns, pair.src_if) == [0, 17]
+        tree.change(ip, rate_bps=RATE_BPS // 2)  # the sharing loop's cut: the room stays
+        assert leaf_limit(pair.src_ns, pair.src_if) == [0, 17]
+        tree.change(ip, rate_bps=RATE_BPS * 2)  # and grows with a faster path: 20 ms at 20 Mbit/s
+        assert leaf_limit(pair.src_ns, pair.src_if) == [0, 34]
+    finally:
+        tree.teardown()
