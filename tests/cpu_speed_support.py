@@ -39,38 +39,30 @@ BRING_UP_S = 240  # a run's start takes over a minute in the VM tier's emulated 
 
 def spin_shares(tmp_path: Path, service: str, processes: int, seconds: float = 4.0) -> list[float]:
     """Each of `processes` spinners' share of a CPU, in one instance that
-    has `service`'s limits (a flow mapping's keys, without the command)."""
-    return spin_shares_together(tmp_path, {"busy": (service, processes)}, seconds)["busy"]
-
-
-def spin_shares_together(
-    tmp_path: Path, services: dict[str, tuple[str, int]], seconds: float = 4.0
-) -> dict[str, list[float]]:
-    """`spin_shares` of several services in one run (the VM tier's runs
-    take a minute to start): name -> (limits, processes); their CPU sets
-    must leave each other room (every CPU's quotas together at most 1)."""
-    lines = []
-    for name, (service, processes) in services.items():
-        spinners = " & ".join([f"sh -c '{SPIN}'"] * processes) + " & wait"
-        lines.append(f'  {name}: {{command: [sh, -c, "{spinners}"], {service}}}\n')
-    topology = "experiment: {name: cpu-speed}\nservices:\n" + "".join(lines) + "links: []\n"
+    has `service`'s limits (a flow mapping's keys, without the command),
+    alone in its run: a spinner beside another instance on its core waits
+    its turn while the instance's other threads use the shared quota
+    (docs/language.md, "CPU speed"), so two cases never share a run."""
+    spinners = " & ".join([f"sh -c '{SPIN}'"] * processes) + " & wait"
+    topology = (
+        "experiment: {name: cpu-speed}\nservices:\n"
+        f'  busy: {{command: [sh, -c, "{spinners}"], {service}}}\n'
+        "links: []\n"
+    )
     run = launch(tmp_path, topology)
     try:
-        run.wait_started(len(services), BRING_UP_S)
-        pids = {}
-        for name, (_, processes) in services.items():
-            parent = run.pids[name]
+        run.wait_started(1, BRING_UP_S)
+        parent = run.pids["busy"]
 
-            def spinning(parent=parent, processes=processes):
-                pids = [int(c) for c in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()]
-                return pids if len(pids) == processes and all(cmdline(p)[-1:] == [SPIN] for p in pids) else None
+        def spinning():
+            pids = [int(c) for c in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()]
+            return pids if len(pids) == processes and all(cmdline(p)[-1:] == [SPIN] for p in pids) else None
 
-            pids[name] = wait_for(f"every spinner of {name}", spinning, BRING_UP_S)
+        pids = wait_for("every spinner", spinning, BRING_UP_S)
         time.sleep(1.0)  # past the start, in the quota's steady state
-        every = [p for name in services for p in pids[name]]
-        shares = dict(zip(every, _shares(every, seconds)))
+        shares = _shares(pids, seconds)
         assert run.finish(timeout_s=BRING_UP_S) == 0, run.err.read_text()
-        return {name: [shares[p] for p in pids[name]] for name in services}
+        return shares
     finally:
         run.abandon()
 
