@@ -14,7 +14,11 @@ whose hypervisor starves it for a moment can miss (this project's CI hosts
 have stalled for up to 670 ms).  Such a test gets up to TIMING_RERUNS more
 tries (pytest-rerunfailures); a regression fails every try, and every rerun
 is listed in the summary (`R`), so a flake is seen, not hidden.
-COLLAPSAR_TIMING_RERUNS=0 turns this off."""
+COLLAPSAR_TIMING_RERUNS=0 turns this off.  A rerun measures again: the
+module-scoped fixtures of the test's own module (a run and what was
+measured of it) are torn down before it and set up anew, or the rerun would
+assert the same figures (pytest-rerunfailures only drops fixtures that
+failed).  Session fixtures (a dockerd, a VM) are kept."""
 
 import os
 import pathlib
@@ -35,6 +39,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"COLLAPSAR_SKIP_{tier.upper()}=1"))
         if TIMING_RERUNS and item.get_closest_marker("timing") and not item.get_closest_marker("flaky"):
             item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS, reruns_delay=2))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if getattr(item, "execution_count", 1) <= 1 or not item.get_closest_marker("timing"):
+        return
+    module = item.nodeid.split("::")[0]
+    for fixturedefs in item._fixtureinfo.name2fixturedefs.values():
+        for fixturedef in fixturedefs:
+            if fixturedef.scope in ("module", "class") and fixturedef.baseid == module:
+                fixturedef.finish(item._request)  # runs its teardown; the setup that follows measures again
 
 
 @pytest.fixture(autouse=True, scope="session")
