@@ -17,14 +17,17 @@ sharing loop adds to the delay of whatever crosses a full link
 Per control, N and system: the ping's median RTT idle (before the load)
 and loaded (from SETTLE_S into the load to a second before its end), the
 loaded p90, and the wait (loaded - idle) as a part of the buffer: the
-figure `STANDING_QUEUE_FRACTION` holds.  Medians over the runs of each
-run's figure, [min, max] over runs.
+figure `STANDING_QUEUE` holds; and the part of the pings sent in the
+loaded phase that got no reply, over all the runs (what the full buffer
+drops of what crosses it: `StandingQueue.drops`; `loaded_losses`).  Medians over the runs of each run's
+figure, [min, max] over runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -89,6 +92,27 @@ def pings(text: str) -> dict[str, list[float]]:
     return out
 
 
+SEQ_LINE = re.compile(r"^\[(\d+\.\d+)\] .* icmp_seq=(\d+) .* time=([0-9.]+) ms")
+
+
+def loaded_losses(text: str) -> dict[str, int]:
+    """The pings sent in the loaded phase and those of them with no reply:
+    by sequence number, each reply placed at its send time (its `-D` time
+    less its RTT; the first sent PING_START_S after t=0), so that neither
+    the loaded RTTs nor a late pinger move a ping across the phase's edges."""
+    rows = [(float(m[1]) - float(m[3]) / 1000, int(m[2])) for m in map(SEQ_LINE.match, text.splitlines()) if m]
+    if not rows:
+        raise CollapsarError("pinger: no ping replies")
+    first = rows[0][0]
+    inside = [
+        seq for sent, seq in rows if LOAD_START_S + SETTLE_S <= PING_START_S + sent - first < LOAD_START_S + LOAD_S - 1
+    ]
+    if not inside:
+        raise CollapsarError("pinger: no reply to a ping sent in the loaded phase")
+    sent = max(inside) - min(inside) + 1
+    return {"sent": sent, "lost": sent - len(set(inside))}
+
+
 def measure(args) -> int:
     from collapsar.tcal import check_kernel
 
@@ -111,6 +135,7 @@ def measure(args) -> int:
                         "run": number + 1,
                         "took_s": time.monotonic() - started,
                         "pings": pings((logs / "pinger.out").read_text()),
+                        "loaded_pings": loaded_losses((logs / "pinger.out").read_text()),
                     }
                     raw["runs"].append(run)
                     print(f"{system} {control} x{flows} run {number + 1}: {run['took_s']:.0f} s", flush=True)
@@ -123,7 +148,7 @@ def summarise(raw: dict) -> str:
         "ping RTT across the full link, ms: median over runs of each run's figure [min, max]; "
         f"wait = loaded - idle, and as a part of the reference's {BUFFER_MS} ms buffer",
         f"{'control x flows':>16} {'system':>9} | {'idle':>6} | {'loaded':>22} | {'p90':>6} | "
-        f"{'wait':>6} | {'part':>5}",
+        f"{'wait':>6} | {'part':>5} | {'lost':>5}",
     ]
     keys = sorted({(r["control"], r["flows"]) for r in raw["runs"]}, key=lambda k: (CONTROLS.index(k[0]), k[1]))
     for control, flows in keys:
@@ -135,11 +160,14 @@ def summarise(raw: dict) -> str:
             loaded = [statistics.median(r["pings"]["loaded"]) for r in runs]
             p90s = [p90(r["pings"]["loaded"]) for r in runs]
             wait = [b - a for a, b in zip(idle, loaded)]
+            counted = [r["loaded_pings"] for r in runs if "loaded_pings" in r]
+            sent = sum(c["sent"] for c in counted)
+            lost = f"{sum(c['lost'] for c in counted) / sent:5.1%}" if sent else "    -"
             lines.append(
                 f"{control + ' x ' + str(flows):>16} {system:>9} | {statistics.median(idle):6.1f} | "
                 f"{statistics.median(loaded):6.1f} [{min(loaded):6.1f}, {max(loaded):6.1f}] | "
                 f"{statistics.median(p90s):6.1f} | {statistics.median(wait):6.1f} | "
-                f"{statistics.median(wait) / BUFFER_MS:5.2f}"
+                f"{statistics.median(wait) / BUFFER_MS:5.2f} | {lost}"
             )
     took = {s: sum(r["took_s"] for r in raw["runs"] if r["system"] == s) for s in SYSTEMS}
     lines.append("run time: " + ", ".join(f"{s} {t:.0f} s" for s, t in took.items() if t))

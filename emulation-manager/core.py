@@ -45,6 +45,7 @@ class Override:
     rate_bps: int | None = None  # the allowed share; None: the path's own rate
     loss_ratio: float = 0.0  # congestion loss, compounded with the path's loss
     queue_us: int = 0  # the standing queues of the full links it crosses, added to its delay
+    drop_ratio: float = 0.0  # those full queues' drops, compounded with the path's loss
 
 
 def effective(path: Path, override: Override | None, netem: bool) -> LinkProps:
@@ -56,8 +57,9 @@ def effective(path: Path, override: Override | None, netem: bool) -> LinkProps:
     if override.rate_bps is not None:
         rate = override.rate_bps if rate is None else min(rate, override.rate_bps)
     extras = props.extras
-    if override.loss_ratio and netem:  # without netem there is no loss to set
-        loss, extras = with_loss(loss, extras, override.loss_ratio)
+    more = 1.0 - (1.0 - override.loss_ratio) * (1.0 - override.drop_ratio)
+    if more and netem:  # without netem there is no loss to set
+        loss, extras = with_loss(loss, extras, more)
     delay = props.delay_us + override.queue_us if netem else props.delay_us  # nor delay
     return replace(props, rate_bps=rate, loss_ratio=loss, extras=extras, delay_us=delay)
 

@@ -26,7 +26,9 @@ in a multi-host run).  Every period `ShareLoop.tick`:
    (`sharing.standing_queues`), unless the link is the one that holds its
    own flow back (that flow's backlog waits in its own class): in a network
    the flows that fill a link queue there, and everything else crossing it
-   waits behind them.  Every `queue_every_periods` the wait moves by
+   waits behind them, and loses what the full buffer drops
+   (`sharing.full_queue_drops`; saturated or not, but for the link that
+   holds it back).  Every `queue_every_periods` the wait moves by
    `queue_gain` towards its target, and reaches a class when it moved by
    `queue_push_us` or `queue_push_ratio` (a link that fills or drains
    changes a class for every destination across it, from every instance).
@@ -58,6 +60,7 @@ from collapsar.manager.sharing.metadata import FlowReport
 from collapsar.manager.sharing.model import (
     Flow,
     congestion_loss,
+    full_queue_drops,
     rtt_exponent,
     share,
     standing_queue,
@@ -271,7 +274,9 @@ class ShareLoop:
         self._push(own, result.rate_bps, flow_loss)
         if self.netem and self.settings.queue_gain > 0 and self.period % self.settings.queue_every_periods == 0:
             self._wait(standing_queues(flows, result.full_links, view.buffer_us, view.standing_queue))
-            self._push_waits(result.full_links, self._held_saturated(own))
+            self._push_waits(
+                result.full_links, self._held_saturated(own), full_queue_drops(result.full_links, view.standing_queue)
+            )
         self._record(saturated, flows, offered, result.rate_bps, link_loss, flow_loss)
 
     def _smoothed(self, current: int | None, target: int | None) -> int | None:
@@ -293,7 +298,7 @@ class ShareLoop:
             if rate is not None and f.path.rate_bps is not None and rate >= f.path.rate_bps:
                 rate = None  # the path's own rate: no override needed
             loss = round(flow_loss.get(key, 0.0) / s.loss_step) * s.loss_step if self.netem else 0.0
-            new = Override(rate, min(loss, 1.0), before.queue_us)
+            new = replace(before, rate_bps=rate, loss_ratio=min(loss, 1.0))
             if new.rate_bps is None or before.rate_bps is None:
                 moved = new.rate_bps != before.rate_bps
             else:
@@ -303,8 +308,8 @@ class ShareLoop:
                 self._set_applied(key, new)
         for key, before in list(self.applied.items()):
             if key not in active and (before.rate_bps is not None or before.loss_ratio):
-                # Stopped or cut: give the capacity back (a wait stays: its link is still full).
-                new = Override(queue_us=before.queue_us)
+                # Stopped or cut: give the capacity back (a wait and drops stay: their link is still full).
+                new = replace(before, rate_bps=None, loss_ratio=0.0)
                 changes.setdefault(key[0], {})[key[1]] = None if new == Override() else new
                 self._set_applied(key, new)
         for src, per_dst in changes.items():
@@ -340,11 +345,17 @@ class ShareLoop:
             del self._saturated_until[key]
         return set(self._saturated_until)
 
-    def _push_waits(self, full_links: Mapping[int, frozenset], saturated: set[tuple[str, str]]) -> None:
+    def _push_waits(
+        self, full_links: Mapping[int, frozenset], saturated: set[tuple[str, str]], drops: Mapping[int, float]
+    ) -> None:
         """Each own destination's wait: the sum over the full links of its
         path of their standing queues, but for a link holding its own flow
         back; none for a flow saturated lately (its backlog waits in its own
-        class, and its delay is not moved under it).  Only the destinations across
+        class, and its delay is not moved under it).  Its drops: those of
+        the same links compounded, saturated or not (a loss reorders
+        nothing; a flow held back by its own access link loses packets
+        where it crosses a full link, as c3 of the Kollaps scenario does in
+        the reference).  Only the destinations across
         a link whose wait (to the millisecond) or held flows changed, or
         whose flow became saturated or stopped being so, are looked at
         again, and all when the paths changed (a new timeline state, new
@@ -360,23 +371,25 @@ class ShareLoop:
         keys = {key for lid in (now.keys() | changed if fresh else changed) for key in crossing.get(lid, ())}
         keys |= flipped
         if fresh:  # a destination whose new path no longer crosses a full link
-            keys.update(key for key, override in self.applied.items() if override.queue_us)
+            keys.update(key for key, override in self.applied.items() if override.queue_us or override.drop_ratio)
         s = self.settings
         changes: dict[str, dict[str, Override | None]] = {}
         for key in keys:
-            wait = sum(
-                w
-                for lid in paths.get(key, ())
-                if (w := self.link_waits.get(lid)) is not None and key not in full_links.get(lid, ())
-            )
+            crossed = [lid for lid in paths.get(key, ()) if key not in full_links.get(lid, ())]
+            wait = sum(w for lid in crossed if (w := self.link_waits.get(lid)) is not None)
             if key in saturated:
                 wait = 0
             wait = int(round(wait))
+            keep = 1.0
+            for lid in crossed:
+                keep *= 1.0 - drops.get(lid, 0.0)
+            drop = round(1.0 - keep, 6)
             before = self.applied.get(key, Override())
             moved = abs(wait - before.queue_us)
-            if moved == 0 or (wait and moved < max(s.queue_push_us, s.queue_push_ratio * before.queue_us)):
+            small = moved == 0 or (wait and moved < max(s.queue_push_us, s.queue_push_ratio * before.queue_us))
+            if small and drop == before.drop_ratio:
                 continue
-            new = replace(before, queue_us=wait)
+            new = replace(before, queue_us=before.queue_us if small else wait, drop_ratio=drop)
             changes.setdefault(key[0], {})[key[1]] = None if new == Override() else new
             self._set_applied(key, new)
         for src, per_dst in changes.items():
@@ -437,6 +450,7 @@ class ShareLoop:
                     "saturated": saturated[fid],
                     "congestion_loss_ratio": flow_loss.get(fid, 0.0),
                     "queue_us": applied.queue_us if applied else 0,
+                    "queue_drop_ratio": applied.drop_ratio if applied else 0.0,
                 }
             )
         load: dict[int, int] = {}

@@ -376,6 +376,37 @@ def test_what_crosses_a_full_link_waits_in_its_standing_queue_and_stops_waiting_
     assert plant.cores["c"].effective("ra")["delay_us"] == 3000
 
 
+def test_what_crosses_a_full_link_loses_its_drops_saturated_or_not_until_it_drains(monkeypatch):
+    monkeypatch.setitem(model.STANDING_QUEUE, "cubic", model.StandingQueue(0.6, 0.9, ((1, 0.01), (2, 0.03))))
+    plant = Plant(DUMBBELL.replace("name: db}", "name: db, congestion-control: cubic}"))
+    plant.wants = {("a", "ra"): 50 * M, ("b", "rb"): 50 * M, ("c", "rc"): 50 * M}
+    loop = plant.loop(increase_gain=1.0, queue_gain=1.0, queue_every_periods=1)
+    plant.run(loop, 3)
+    # l -> r holds a and b back (two flows: 3%), c -> l holds c's own flow
+    # (one: 1%).  A flow loses nothing where it is held (its class's queue
+    # drops for it): a's to ra; a's other destinations lose l -> r's 3%.
+    # c's flow to rc is saturated, so it does not wait, but it crosses l -> r
+    # without being held there and loses its 3%; c's other destinations
+    # cross both: 1 - 0.99 x 0.97.
+    assert plant.cores["a"].overrides.get("ra", Override()).drop_ratio == 0.0
+    assert plant.cores["a"].overrides["rb"] == Override(queue_us=15_000, drop_ratio=0.03)
+    assert plant.cores["c"].overrides["rc"].queue_us == 0
+    assert plant.cores["c"].overrides["rc"].drop_ratio == 0.03
+    assert plant.cores["c"].overrides["ra"] == Override(queue_us=27_000, drop_ratio=0.0397)
+    # With netem, a path's loss compounds its own (none here) with them.
+    assert plant.cores["c"].effective("ra")["loss_ratio"] == pytest.approx(0.0397)
+    assert loop.status()["flows"][2]["queue_drop_ratio"] == 0.03  # c -> rc, as the status API shows it
+    # b stops: l -> r holds a alone (1%); the destinations across it follow.
+    plant.wants[("b", "rb")] = 0
+    plant.run(loop, 6)
+    assert plant.cores["a"].overrides["rb"].drop_ratio == 0.01
+    assert plant.cores["c"].overrides["ra"].drop_ratio == pytest.approx(1 - 0.99 * 0.99)
+    plant.wants = {}
+    plant.run(loop, 4)
+    assert all(core.overrides == {} for core in plant.cores.values())
+    assert plant.cores["c"].effective("ra")["loss_ratio"] == 0.0
+
+
 def test_a_flow_saturated_lately_keeps_its_delay(monkeypatch):
     monkeypatch.setitem(model.STANDING_QUEUE, "cubic", model.StandingQueue(0.6, 0.9))
     plant = Plant(DUMBBELL.replace("name: db}", "name: db, congestion-control: cubic}"))

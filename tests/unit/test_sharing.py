@@ -327,6 +327,21 @@ def test_a_full_links_standing_queue_is_a_part_of_its_buffer():
     assert model.StandingQueue(0.4, 1.2).part(4) == 1.0  # never more than the whole buffer
 
 
+def test_a_full_links_drops_follow_the_flows_that_fill_it():
+    queue = model.StandingQueue(0.5, 0.9, ((1, 0.02), (2, 0.06), (4, 0.16)))
+    # Measured at 1, 2 and 4 flows: straight between them (3: halfway from 2
+    # to 4), the nearest count's ratio outside them.
+    assert [queue.drop(n) for n in (0, 1, 2, 3, 4, 9)] == pytest.approx([0.02, 0.02, 0.06, 0.11, 0.16, 0.16])
+    assert model.StandingQueue(0.5, 0.9, ((1, 0.007),)).drop(5) == 0.007  # one count: the same for any
+    assert model.StandingQueue(0.5, 0.9).drop(3) == 0.0  # none measured: no drops
+    full = {1: frozenset({"a"}), 3: frozenset({"c", "d", "e"})}
+    assert model.full_queue_drops(full, queue) == pytest.approx({1: 0.02, 3: 0.11})
+    assert model.full_queue_drops(full, model.StandingQueue(0.5, 0.9)) == {}
+    # The measured ratios: Reno's and CUBIC's one figure for any count, BBR's growing with it.
+    assert [model.STANDING_QUEUE[c].drop(2) for c in ("reno", "cubic", "bbr")] == [0.015, 0.0045, 0.064]
+    assert model.STANDING_QUEUE["bbr"].drop(3) == pytest.approx(0.118)
+
+
 def test_the_standing_queue_follows_the_congestion_control():
     assert [model.standing_queue(c) for c in ("reno", "cubic", "bbr", "vegas")] == [
         model.STANDING_QUEUE["reno"],

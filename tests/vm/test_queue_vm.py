@@ -20,9 +20,10 @@ crosses the full b1 -> b2 (collapsar/manager/sharing/model.py,
 `standing_queues`): CUBIC's 0.81 of the link's buffer, c's 60 ms round
 trip, with one flow filling it: 48.6 ms, where the reference's n waits
 behind c's flow in the one queue (bench/queue_bench.py measured 0.81 of
-that buffer).  Timing figures are soft (a busy host only makes the
-emulated machine later): the run is made again, up to ATTEMPTS times,
-until they are in bounds.
+that buffer), and loses the part of its packets that buffer drops when
+full (0.45% under CUBIC), set as its path's netem loss.  Timing figures
+are soft (a busy host only makes the emulated machine later): the run is
+made again, up to ATTEMPTS times, until they are in bounds.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ C_MEASURES = """\
         echo IPERF; cat /tmp/cx-queue-iperf.json
 """
 # n: 20 pings idle (t = 1-3 s: c's flow starts after its own 2.5 s of idle
-# pings), then 80 while c's flow has filled b1 -> b2 for 8 s or more.
+# pings), then 80 while c's flow has filled b1 -> b2 for 8 s or more, then
+# its classes, 5 times 0.3 s apart, c's flow still on.
 NEIGHBOUR = """\
   n:
     command:
@@ -62,10 +64,12 @@ NEIGHBOUR = """\
       - -c
       - >-
         sleep 1; echo IDLE; ping -n -i 0.1 -c 20 -W 3 s;
-        sleep 9; echo LOADED; ping -n -i 0.1 -c 80 -W 3 s
+        sleep 9; echo LOADED; ping -n -i 0.1 -c 80 -W 3 s;
+        echo QDISC; for i in 1 2 3 4 5; do tc qdisc show; echo DUMP; sleep 0.3; done
 """
 NEIGHBOUR_LINK = "  - {from: n, to: b1, latency: 5ms, bandwidth: 8Mbps}\n"
 STANDING_WAIT_MS = 0.81 * BASE_RTT_MS  # CUBIC's part of the buffer with one flow: model.STANDING_QUEUE
+FULL_QUEUE_LOSS = "0.45%"  # and what its full buffer drops of the rest, as netem prints it
 TOPOLOGY = (
     BOTTLENECK.replace(
         "experiment: {name: reference-bottleneck}", "experiment: {name: vm-queue, congestion-control: cubic}"
@@ -77,9 +81,9 @@ assert "congestion-control" in TOPOLOGY and "IPERF" in TOPOLOGY and "echo LOADED
 _TIME = re.compile(r"time=([0-9.]+) ms")
 
 
-def _run(tmp, attempt: int) -> tuple[str, list[float], list[float], dict, list[float], list[float]]:
+def _run(tmp, attempt: int) -> tuple[str, list[float], list[float], dict, list[float], list[float], list[str]]:
     """One run: (c's `tc qdisc show` and gso_max_segs, idle RTTs, loaded RTTs,
-    iperf3's report, n's idle and loaded RTTs)."""
+    iperf3's report, n's idle and loaded RTTs, n's `tc qdisc show`s under load)."""
     topology = tmp / "vm-queue.yaml"
     topology.write_text(TOPOLOGY.replace("/tmp/cx-queue-iperf.json", f"/tmp/cx-queue-iperf-{attempt}.json"))
     runs = tmp / f"runs-{attempt}"
@@ -98,15 +102,16 @@ def _run(tmp, attempt: int) -> tuple[str, list[float], list[float], dict, list[f
     loaded, report = rest.split("IPERF", 1)
     rtts = [[float(t) for t in _TIME.findall(part)] for part in (idle, loaded)]
     n_idle, n_loaded = (run_dir / "logs" / "n.out").read_text().split("IDLE", 1)[1].split("LOADED", 1)
+    n_loaded, n_qdiscs = n_loaded.split("QDISC", 1)
     n_rtts = [[float(t) for t in _TIME.findall(part)] for part in (n_idle, n_loaded)]
-    return kernel, rtts[0], rtts[1], json.loads(report), n_rtts[0], n_rtts[1]
+    return kernel, rtts[0], rtts[1], json.loads(report), n_rtts[0], n_rtts[1], n_qdiscs.split("DUMP")[:-1]
 
 
 def test_the_default_queue_delays_like_the_reference_bottleneck(tmp_path, record_property):
     attempts = iter(range(1, 100))
 
     def attempt():
-        kernel, idle, loaded, report, n_idle, n_loaded = _run(tmp_path, next(attempts))
+        kernel, idle, loaded, report, n_idle, n_loaded, n_qdiscs = _run(tmp_path, next(attempts))
         assert "error" not in report, report["error"]
         # c's path to s: netem holds its delay line (30 ms at 4 Mbit/s: 9.9
         # frames) twice and the queue, then its child is the queue; one frame per packet.
@@ -123,6 +128,12 @@ def test_the_default_queue_delays_like_the_reference_bottleneck(tmp_path, record
         assert len(idle) >= 45, f"only {len(idle)} of 50 pings came back idle"
         assert len(loaded) >= 150, f"only {len(loaded)} of 200 pings came back under load"
         assert len(n_idle) >= 18 and len(n_loaded) >= 70, f"n: {len(n_idle)} of 20, {len(n_loaded)} of 80 came back"
+        # n's path to s crosses the full b1 -> b2 and loses what its buffer
+        # drops (model.STANDING_QUEUE, CUBIC with one flow): on netem, the
+        # only loss n's paths have (the 100% of the class for what has no
+        # path is no path's); its path to c crosses nothing full.
+        losses = [re.findall(r" delay \S+ loss (\S+)", dump) for dump in n_qdiscs]
+        assert len(losses) == 5 and all(found in ([], [FULL_QUEUE_LOSS]) for found in losses), n_qdiscs
         base = statistics.median(idle)
         waits = [r - base for r in loaded]
         goodput = report["end"]["sum_received"]["bits_per_second"] / BOTTLENECK_BPS
@@ -136,6 +147,7 @@ def test_the_default_queue_delays_like_the_reference_bottleneck(tmp_path, record
             "retransmits": report["end"]["sum_sent"]["retransmits"],
             "neighbour_idle_median_ms": statistics.median(n_idle),
             "neighbour_wait_median_ms": statistics.median(n_loaded) - statistics.median(n_idle),
+            "neighbour_dumps_with_loss": sum(1 for found in losses if found),
         }
         return figures, (
             outside("idle median", base, BASE_RTT_MS, BASE_RTT_MS + EXCESS_MS)
@@ -153,6 +165,9 @@ def test_the_default_queue_delays_like_the_reference_bottleneck(tmp_path, record
                 STANDING_WAIT_MS - 3,
                 STANDING_WAIT_MS + 3,
             )
+            # The link counts as full while c's flow fills it (not in the
+            # moment after a loss, when a drop-tail queue drains too).
+            + outside("n's dumps with the full queue's loss", figures["neighbour_dumps_with_loss"], 3, 5)
         )
 
     until_in_bounds(record_property, attempt)
