@@ -85,9 +85,10 @@ def missing_programs(experiment: Experiment, tools_dir: Path | None = None) -> l
         if program in WORKLOAD_TOOLS:
             unbuilt.append(service)
         else:
-            problems.append(
-                Problem(service.where, f"service {service.name}: {_why_missing(service, program, tools_dir)}")
-            )
+            why = _why_missing(service, program, tools_dir)
+            if service.image:  # an imported Kollaps service: its command is its image's arguments
+                why += f"; in local mode only: Compose and Swarm run the command in its image ({service.image})"
+            problems.append(Problem(service.where, f"service {service.name}: {why}"))
     if unbuilt:
         tools = sorted({service.command[0] for service in unbuilt})
         who = ("service " if len(unbuilt) == 1 else "services ") + ", ".join(s.name for s in unbuilt)

@@ -62,6 +62,7 @@ def test_missing_programs_name_the_place_the_program_and_the_fix(tmp_path):
         Service("own", ("wl-client",), env={"PATH": str(tmp_path)}, where=Where("x.yaml", 6)),
         Service("rel", ("./run.sh",), workdir=str(tmp_path), where=Where("x.yaml", 7)),
         Service("node", ("wl-node", "-b", "0.0.0.0:7000"), where=Where("x.yaml", 8)),
+        Service("kollaps", ("server", "1"), image="kollaps/iperf3-client:1.0", where=Where("x.yaml", 9)),
     )
     assert [str(p) for p in missing_programs(exp, unbuilt)] == [
         f"x.yaml:4: service typo: program 'iperf33' is not on the instances' PATH (this host's PATH, then {unbuilt})",
@@ -69,10 +70,13 @@ def test_missing_programs_name_the_place_the_program_and_the_fix(tmp_path):
         f"x.yaml:6: services own, node: programs 'wl-client', 'wl-node' are not built (looked in the "
         f"service's env PATH, then {unbuilt}); fix: make -C workload-node",
         f"x.yaml:7: service rel: program './run.sh' does not exist or is not executable (relative to {tmp_path})",
+        # A Kollaps import's command is its image's arguments: only local mode runs it as a program.
+        f"x.yaml:9: service kollaps: program 'server' is not on the instances' PATH (this host's PATH, then "
+        f"{unbuilt}); in local mode only: Compose and Swarm run the command in its image (kollaps/iperf3-client:1.0)",
     ]
     with pytest.raises(TopologyError) as raised:
         require_programs(exp)  # the real build: `own` finds its wl-client there
-    assert raised.value.exit_code == 2 and [line.split(":")[1] for line in raised.value.lines()] == ["4", "7"]
+    assert raised.value.exit_code == 2 and [line.split(":")[1] for line in raised.value.lines()] == ["4", "7", "9"]
     lone = experiment(Service("c", ("wl-client",), where=Where("x.yaml", 2)))
     assert [str(p) for p in missing_programs(lone, unbuilt)] == [
         f"x.yaml:2: service c: program 'wl-client' is not built (looked in this host's PATH, then {unbuilt}); "
