@@ -19,8 +19,8 @@ and loaded (from SETTLE_S into the load to a second before its end), the
 loaded p90, and the wait (loaded - idle) as a part of the buffer: the
 figure `STANDING_QUEUE` holds; and the part of the pings sent in the
 loaded phase that got no reply, over all the runs (what the full buffer
-drops of what crosses it: `StandingQueue.drops`; `loaded_losses`).  Medians over the runs of each run's
-figure, [min, max] over runs.
+drops of what crosses it: `StandingQueue.drops`; `loaded_losses`).
+Medians over the runs of each run's figure, [min, max] over runs.
 """
 
 from __future__ import annotations
@@ -128,14 +128,15 @@ def measure(args) -> int:
                     started = time.monotonic()
                     where = args.out / f"{system}-{control}-{flows}-{number + 1}"
                     logs = (run_collapsar if system == "collapsar" else run_reference)(file, where)
+                    pinger = (logs / "pinger.out").read_text()
                     run = {
                         "system": system,
                         "control": control,
                         "flows": flows,
                         "run": number + 1,
                         "took_s": time.monotonic() - started,
-                        "pings": pings((logs / "pinger.out").read_text()),
-                        "loaded_pings": loaded_losses((logs / "pinger.out").read_text()),
+                        "pings": pings(pinger),
+                        "loaded_pings": loaded_losses(pinger),
                     }
                     raw["runs"].append(run)
                     print(f"{system} {control} x{flows} run {number + 1}: {run['took_s']:.0f} s", flush=True)

@@ -9,8 +9,9 @@ destinations each); `--json` lists every pair.  So are programs
 instances would not find (`FILE:LINE: warning: service X: program 'foo' is
 not on the instances' PATH (...)`, saying that this is local mode's only
 when the service has an image, whose arguments an imported Kollaps command
-is; `collapsar run` and `check` refuse it), and a service with an image of its own that runs wl-node or wl-client,
-which that image may lack in Compose and Swarm.
+is; `collapsar run` and `check` refuse it), and a service with an image
+of its own that runs wl-node or wl-client, which that image may lack in
+Compose and Swarm.
 
 Commands that run wl-client or wl-node, written or compiled from the
 `workload:` form, are checked by the built binaries' own parser

@@ -98,10 +98,8 @@ class StandingQueue(NamedTuple):
         measured counts, the nearest one's ratio outside them."""
         if not self.drops:
             return 0.0
-        below = [(n, r) for n, r in self.drops if n <= flows] or self.drops[:1]
-        above = [(n, r) for n, r in self.drops if n >= flows] or self.drops[-1:]
-        (n0, r0), (n1, r1) = below[-1], above[0]
-        return r0 if n1 == n0 else r0 + (r1 - r0) * (flows - n0) / (n1 - n0)
+        counts, ratios = zip(*self.drops)
+        return float(np.interp(flows, counts, ratios))
 
 
 # What a packet that crosses a full link waits there when it is not one of
